@@ -1,0 +1,149 @@
+"""Cairn's error tree, the one place where failure kinds are named.
+
+Every error Cairn raises on purpose is a `CairnError` (or a `CairnMisuseError` for
+Cairn code calling itself wrongly). The API renders a `CairnError` into the error
+envelope of spec §1.5 from its fields; nothing else decides a status code.
+
+    CairnError                         message, code, http_status, param, retryable, context
+    ├── ClientError                    the caller can fix it (4xx)
+    │   ├── InvalidRequestError        400 malformed or semantically wrong input
+    │   ├── AuthenticationError        401 missing or unknown API key
+    │   ├── PermissionDeniedError      403 the key's role may not do this
+    │   ├── NotFoundError              404 unknown id, or another tenant's
+    │   ├── ConflictError              409 valid, but not now (a turn is running)
+    │   └── PayloadTooLargeError       413 body over the configured limit
+    └── ServerError                    Cairn or a dependency failed (5xx)
+        ├── StoreError                 database unreachable, schema out of date
+        ├── SandboxError               the sandbox could not run a command
+        ├── ModelError                 the model provider failed
+        ├── WorkspaceError             workspace files could not be read or written
+        └── LeaseLostError             a worker's job lease was taken over (fencing)
+    CairnMisuseError (RuntimeError)    a bug: Cairn used its own API wrongly
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+__all__ = [
+    "AuthenticationError",
+    "CairnError",
+    "CairnMisuseError",
+    "ClientError",
+    "ConflictError",
+    "InvalidRequestError",
+    "LeaseLostError",
+    "ModelError",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "PermissionDeniedError",
+    "SandboxError",
+    "ServerError",
+    "StoreError",
+    "WorkspaceError",
+]
+
+
+class CairnError(Exception):
+    """Root of every deliberate Cairn failure; fields map one-to-one onto the error envelope."""
+
+    default_code: ClassVar[str] = "server_error"
+    default_status: ClassVar[int] = 500
+    error_type: ClassVar[str] = "server_error"
+    default_retryable: ClassVar[bool | None] = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        http_status: int | None = None,
+        retryable: bool | None = None,
+        context: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.default_code
+        self.param = param
+        self.http_status = http_status or self.default_status
+        self.retryable = self.default_retryable if retryable is None else retryable
+        self.context: Mapping[str, Any] = dict(context or {})
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ClientError(CairnError):
+    default_code = "invalid_request_error"
+    default_status = 400
+    error_type = "invalid_request_error"
+    default_retryable = False
+
+
+class InvalidRequestError(ClientError):
+    pass
+
+
+class AuthenticationError(ClientError):
+    default_code = "invalid_api_key"
+    default_status = 401
+    error_type = "authentication_error"
+
+
+class PermissionDeniedError(ClientError):
+    default_code = "permission_denied"
+    default_status = 403
+    error_type = "permission_error"
+
+
+class NotFoundError(ClientError):
+    default_code = "not_found"
+    default_status = 404
+    error_type = "not_found_error"
+
+
+class ConflictError(ClientError):
+    default_code = "conflict"
+    default_status = 409
+    error_type = "conflict_error"
+
+
+class PayloadTooLargeError(ClientError):
+    default_code = "payload_too_large"
+    default_status = 413
+
+
+class ServerError(CairnError):
+    pass
+
+
+class StoreError(ServerError):
+    default_code = "store_error"
+    default_status = 503
+    default_retryable = True
+
+
+class SandboxError(ServerError):
+    default_code = "sandbox_error"
+
+
+class ModelError(ServerError):
+    """A model provider failure; `code` is one of the turn error codes of spec §3.6."""
+
+    default_code = "server_error"
+    default_status = 502
+
+
+class WorkspaceError(ServerError):
+    default_code = "sandbox_error"
+
+
+class LeaseLostError(ServerError):
+    default_code = "lease_lost"
+    default_retryable = True
+
+
+class CairnMisuseError(RuntimeError):
+    """Cairn code called its own API wrongly; always a bug, always a 500."""

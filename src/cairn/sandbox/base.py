@@ -1,0 +1,85 @@
+"""The sandbox interface: run one shell command against a session's workspace.
+
+A `SandboxBackend` is a narrow transport: `exec` runs `/bin/sh -c <command>` with the
+session's workspace directory visible as `/workspace` (the working directory), streams
+output to a sink, and reports how it ended. Policy (which tool may run, approvals, the
+ledger) lives in the engine.
+
+Invariants every backend keeps (design invariant 8):
+- cancellation of the awaiting task kills the whole process tree before `exec` returns;
+- no process started by a command outlives `exec`;
+- the host environment never leaks in: the command sees only `ExecRequest.env` plus a
+  small fixed allowlist;
+- a backend that does not isolate says so through `isolation` (never silently).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+__all__ = [
+    "ExecRequest",
+    "ExecResult",
+    "OutputSink",
+    "ResourceLimits",
+    "SandboxBackend",
+    "WORKSPACE_MOUNT",
+]
+
+WORKSPACE_MOUNT = "/workspace"
+
+OutputSink = Callable[[bytes], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceLimits:
+    """Per-command limits; `None` means the backend's default."""
+
+    memory_bytes: int | None = 1024 * 1024 * 1024
+    max_processes: int | None = 256
+    cpu_time_s: int | None = 600
+    file_size_bytes: int | None = 1024 * 1024 * 1024
+    open_files: int | None = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ExecRequest:
+    command: str
+    workspace: Path
+    timeout_s: float
+    env: Mapping[str, str] = field(default_factory=dict)
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    network: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    """How a command ended. `exit_code` is None when it was killed by a signal or timeout."""
+
+    exit_code: int | None
+    duration_s: float
+    timed_out: bool = False
+    signal: int | None = None
+
+
+class SandboxBackend(abc.ABC):
+    """Runs commands for sessions; one instance serves every session of a process."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+
+    @property
+    def isolation(self) -> Mapping[str, str]:
+        """What this backend isolates, for `cairn doctor` and the session's environment state."""
+        return {}
+
+    async def prepare_workspace(self, workspace: Path) -> None:
+        """Make a freshly created workspace usable by sandboxed commands; no-op by default."""
+
+    @abc.abstractmethod
+    async def exec(self, request: ExecRequest, on_output: OutputSink) -> ExecResult:
+        """Run `request.command` and stream its combined stdout/stderr to `on_output`."""
