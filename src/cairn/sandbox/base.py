@@ -58,7 +58,12 @@ class ExecRequest:
 
 @dataclass(frozen=True, slots=True)
 class ExecResult:
-    """How a command ended. `exit_code` is None when it was killed by a signal or timeout."""
+    """How a command ended. `exit_code` is None when it was killed by a signal or timeout.
+
+    A backend that runs the command under a supervisor (bwrap) only learns the shell-style
+    status `128 + signal` for a command the kernel killed (the OOM killer, RLIMIT_CPU);
+    `signal` is set only for kills the backend itself performed (timeout, cancellation).
+    """
 
     exit_code: int | None
     duration_s: float
@@ -67,7 +72,12 @@ class ExecResult:
 
 
 class SandboxBackend(abc.ABC):
-    """Runs commands for sessions; one instance serves every session of a process."""
+    """Runs commands for sessions; one instance serves every session of a process.
+
+    Declared `capabilities`: "isolation" (commands cannot reach host files, processes,
+    network or secrets beyond the workspace), "workspace_mount" (commands see the workspace
+    at `WORKSPACE_MOUNT`, not at its host path).
+    """
 
     name: ClassVar[str]
     capabilities: ClassVar[frozenset[str]] = frozenset()
@@ -76,6 +86,20 @@ class SandboxBackend(abc.ABC):
     def isolation(self) -> Mapping[str, str]:
         """What this backend isolates, for `cairn doctor` and the session's environment state."""
         return {}
+
+    @property
+    def limits_in_force(self) -> Mapping[str, str]:
+        """Which `ResourceLimits` fields this host actually enforces, and by what mechanism."""
+        return {}
+
+    @property
+    def file_owner(self) -> tuple[int, int] | None:
+        """Host (uid, gid) that owns files commands write, or None for the server's own.
+
+        Host-side file tools (write_file, apply_patch) chown what they create to this owner,
+        so a workspace never mixes owners and snapshots carry no root-owned surprises.
+        """
+        return None
 
     async def prepare_workspace(self, workspace: Path) -> None:
         """Make a freshly created workspace usable by sandboxed commands; no-op by default."""

@@ -1,0 +1,97 @@
+"""Fixtures shared by the sandbox conformance suite: every backend, real processes, real bwrap.
+
+Workspaces live under a 0711 directory in /tmp rather than pytest's tmp_path: bwrap runs as
+the unprivileged sandbox account, which cannot traverse /tmp/pytest-of-root (0700).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from cairn.sandbox import ExecRequest, ExecResult, ResourceLimits, SandboxBackend, select_backend
+
+BACKENDS = ("bwrap", "unconfined")
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, bool]]:
+    return ("asyncio", {"debug": True})
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> SandboxBackend:
+    return select_backend(request.param)
+
+
+@pytest.fixture(scope="session")
+def workspace_root() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="cairn-sandbox-tests-"))
+    root.chmod(0o711)
+    yield root
+    shutil.rmtree(root)
+
+
+@pytest.fixture
+def new_workspace(
+    workspace_root: Path, backend: SandboxBackend
+) -> Callable[[], Awaitable[Path]]:
+    """Create and prepare a fresh workspace for `backend`."""
+
+    async def create() -> Path:
+        path = workspace_root / uuid.uuid4().hex[:12]
+        path.mkdir()
+        await backend.prepare_workspace(path)
+        return path
+
+    return create
+
+
+class Recorder:
+    """Collects a command's streamed output."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+
+    async def __call__(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)
+
+    @property
+    def text(self) -> str:
+        return b"".join(self.chunks).decode(errors="replace")
+
+
+Run = Callable[..., Awaitable[tuple[ExecResult, str]]]
+
+
+@pytest.fixture
+def run(backend: SandboxBackend) -> Run:
+    """Run a command in a workspace; returns the result and the combined output."""
+
+    async def run_command(
+        command: str,
+        workspace: Path,
+        *,
+        timeout_s: float = 20.0,
+        limits: ResourceLimits | None = None,
+        network: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> tuple[ExecResult, str]:
+        recorder = Recorder()
+        request = ExecRequest(
+            command=command,
+            workspace=workspace,
+            timeout_s=timeout_s,
+            env=env or {},
+            limits=limits or ResourceLimits(),
+            network=network,
+        )
+        result = await backend.exec(request, recorder)
+        return result, recorder.text
+
+    return run_command
