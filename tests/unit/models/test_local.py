@@ -1,0 +1,275 @@
+"""The local provider's orchestration, driven by scripted generations instead of llama.cpp.
+
+The real `Generation` class runs here over a scripted token stream, so the threading,
+streaming, repeat guard and error mapping are the production code paths; only the
+weights and the llama.cpp model are stood in for.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cairn.errors import InvalidRequestError, ModelError
+from cairn.models import local as local_module
+from cairn.models._local_runtime import Generation, GenerationSettings
+from cairn.models._local_weights import CATALOGUE
+from cairn.models.base import (
+    FunctionCallInput,
+    FunctionCallOutputInput,
+    InputItem,
+    MessageInput,
+    ModelEvent,
+    ModelRequest,
+    ModelResponse,
+    TextDelta,
+    ToolSpec,
+)
+from cairn.models.local import LocalModel, create_local_model, local_model_names
+
+pytestmark = pytest.mark.anyio
+
+EXEC = ToolSpec(
+    "exec_command",
+    "Run a shell command.",
+    {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+    "workspace",
+)
+
+
+def _call(cmd: str) -> str:
+    return json.dumps({"name": "exec_command", "arguments": {"cmd": cmd}})
+
+
+def _answer(text: str) -> str:
+    return json.dumps({"name": "final_answer", "arguments": {"text": text}})
+
+
+def _pieces(text: str, size: int = 3) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+class ScriptedModel:
+    """Stands in for `LoadedModel`: each `open` plays the next scripted reply as tokens."""
+
+    def __init__(self, *replies: str) -> None:
+        self.replies = list(replies)
+        self.prompts: list[str] = []
+        self.schemas: list[dict[str, Any]] = []
+        self.releases = 0
+        self.decode_threads: set[int] = set()
+
+    def _release(self) -> None:
+        self.releases += 1
+
+    def open(self, prompt: str, schema_json: str, settings: GenerationSettings) -> Generation:
+        self.prompts.append(prompt)
+        self.schemas.append(json.loads(schema_json))
+        pieces = [p.encode() for p in _pieces(self.replies.pop(0))]
+
+        def detokenize(token: int) -> bytes:
+            self.decode_threads.add(threading.get_ident())
+            return pieces[token]
+
+        return Generation(
+            iter(range(len(pieces))),
+            detokenize,
+            frozenset(),
+            prompt_tokens=len(prompt),
+            max_tokens=settings.max_tokens,
+            release=self._release,
+        )
+
+    def branch_names(self, attempt: int) -> list[str]:
+        return [b["properties"]["name"]["const"] for b in self.schemas[attempt]["oneOf"]]
+
+
+@pytest.fixture
+def install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., LocalModel]:
+    def make(scripted: ScriptedModel, settings: GenerationSettings | None = None) -> LocalModel:
+        monkeypatch.setattr(local_module, "find_loaded_model", lambda path: None)
+        monkeypatch.setattr(local_module, "materialize_weights", lambda weights, cache: cache / "m.gguf")
+        monkeypatch.setattr(local_module, "load_model", lambda path: scripted)
+        return LocalModel(CATALOGUE["qwen2.5-coder-1.5b"], tmp_path, settings)
+
+    return make
+
+
+def _request(items: list[InputItem], tools: list[ToolSpec] | None = None, **kw: Any) -> ModelRequest:
+    return ModelRequest("s1", "t1", 1, len(items), "local:qwen2.5-coder-1.5b", "Be exact.", items, [EXEC] if tools is None else tools, **kw)
+
+
+async def _collect(model: LocalModel, request: ModelRequest) -> tuple[list[str], ModelResponse]:
+    deltas: list[str] = []
+    response: ModelResponse | None = None
+    async for event in model.stream(request):
+        if isinstance(event, TextDelta):
+            assert response is None, "deltas come before the response"
+            deltas.append(event.text)
+        else:
+            assert response is None, "exactly one response"
+            response = event
+    assert response is not None
+    return deltas, response
+
+
+async def test_a_tool_call_becomes_one_call_and_no_text(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_call("python tree.py"))
+    deltas, response = await _collect(install(scripted), _request([MessageInput("user", "run it")]))
+    assert deltas == []
+    assert response.text is None
+    [call] = response.tool_calls
+    assert (call.name, dict(call.arguments)) == ("exec_command", {"cmd": "python tree.py"})
+    assert call.call_id.startswith("call_")
+    assert scripted.branch_names(0) == ["exec_command", "final_answer"]
+    assert scripted.releases == 1
+
+
+async def test_the_final_answer_streams_as_it_is_generated(install: Callable[..., LocalModel]) -> None:
+    text = 'The output:\n.\n├── tree.py\n"done"'
+    scripted = ScriptedModel(_answer(text))
+    deltas, response = await _collect(install(scripted), _request([MessageInput("user", "go")]))
+    assert len(deltas) > 5  # token by token, not one block
+    assert "".join(deltas) == response.text == text
+    assert response.tool_calls == ()
+    assert response.usage.output_tokens == len(_pieces(_answer(text)))
+    assert response.usage.input_tokens > 0
+
+
+async def test_tokens_are_generated_off_the_event_loop_thread(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_answer("hello there"))
+    await _collect(install(scripted), _request([MessageInput("user", "go")]))
+    assert scripted.decode_threads
+    assert threading.get_ident() not in scripted.decode_threads
+
+
+async def test_an_answer_the_stream_could_not_decode_arrives_as_one_delta(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel('{"arguments": {"text": "keys reversed"}, "name": "final_answer"}')
+    deltas, response = await _collect(install(scripted), _request([MessageInput("user", "go")]))
+    assert deltas == ["keys reversed"]
+    assert response.text == "keys reversed"
+
+
+def _after_ls() -> list[InputItem]:
+    return [
+        MessageInput("user", "list"),
+        FunctionCallInput("c1", "exec_command", '{"cmd": "ls"}'),
+        FunctionCallOutputInput("c1", "tree.py"),
+    ]
+
+
+async def test_a_repeated_call_is_asked_again_with_a_reminder(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_call("ls"), _call("python tree.py"))
+    _, response = await _collect(install(scripted), _request(_after_ls()))
+    assert [c.arguments["cmd"] for c in response.tool_calls] == ["python tree.py"]
+    assert "Do not repeat it" not in scripted.prompts[0]
+    assert "Do not repeat it" in scripted.prompts[1]
+    assert scripted.releases == 2
+
+
+async def test_a_call_repeated_twice_leaves_only_the_answer(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_call("ls"), _call("ls"), _answer("The directory holds tree.py."))
+    deltas, response = await _collect(install(scripted), _request(_after_ls()))
+    assert scripted.branch_names(2) == ["final_answer"]
+    assert response.text == "The directory holds tree.py." == "".join(deltas)
+    assert response.usage.output_tokens == sum(len(_pieces(r)) for r in (_call("ls"), _call("ls"), _answer("The directory holds tree.py.")))
+
+
+async def test_a_turn_with_too_many_calls_must_answer(install: Callable[..., LocalModel]) -> None:
+    items: list[InputItem] = [MessageInput("user", "go")]
+    for n in range(16):
+        items += [FunctionCallInput(f"c{n}", "exec_command", f'{{"cmd": "echo {n}"}}'), FunctionCallOutputInput(f"c{n}", str(n))]
+    scripted = ScriptedModel(_answer("Stopped."))
+    _, response = await _collect(install(scripted), _request(items))
+    assert scripted.branch_names(0) == ["final_answer"]
+    assert "made many tool calls" in scripted.prompts[0]
+    assert response.text == "Stopped."
+
+
+async def test_without_tools_only_the_answer_is_allowed(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_answer("Hi."))
+    _, response = await _collect(install(scripted), _request([MessageInput("user", "hi")], tools=[]))
+    assert scripted.branch_names(0) == ["final_answer"]
+    assert "made many tool calls" not in scripted.prompts[0]
+    assert response.text == "Hi."
+
+
+async def test_a_tool_call_cut_off_by_the_token_limit_is_not_used(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(json.dumps({"name": "exec_command", "arguments": {"cmd": "x" * 200}}))
+    model = install(scripted, GenerationSettings(max_tokens=20))
+    with pytest.raises(ModelError) as caught:
+        await _collect(model, _request([MessageInput("user", "go")]))
+    assert caught.value.code == "max_output_tokens"
+    assert scripted.releases == 1
+
+
+async def test_an_answer_cut_off_by_the_token_limit_keeps_what_was_said(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_answer("a long answer " * 20))
+    model = install(scripted, GenerationSettings(max_tokens=30))
+    deltas, response = await _collect(model, _request([MessageInput("user", "go")]))
+    assert response.text == "".join(deltas)
+    assert response.text and ("a long answer " * 20).startswith(response.text)
+
+
+async def test_an_unreadable_reply_is_a_model_error(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel('{"name": "format_disk", "arguments": {}}')
+    with pytest.raises(ModelError, match="could not be read"):
+        await _collect(install(scripted), _request([MessageInput("user", "go")]))
+
+
+async def test_a_consumer_that_stops_early_hands_the_model_back(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_answer("one two three four five six"))
+    stream = install(scripted).stream(_request([MessageInput("user", "go")]))
+    async for event in stream:
+        assert isinstance(event, TextDelta)
+        break
+    await stream.aclose()  # type: ignore[attr-defined]
+    assert scripted.releases == 1
+
+
+@pytest.mark.parametrize(
+    ("tools", "text_format", "message"),
+    [
+        ([ToolSpec("final_answer", "d", {}, "client")], None, "reserved"),
+        ([EXEC], {"type": "json_schema", "schema": {}}, "structured text formats"),
+    ],
+)
+async def test_requests_it_cannot_honour_are_refused(
+    install: Callable[..., LocalModel], tools: list[ToolSpec], text_format: dict[str, Any] | None, message: str
+) -> None:
+    events: list[ModelEvent] = []
+    with pytest.raises(ModelError, match=message) as caught:
+        async for event in install(ScriptedModel()).stream(_request([MessageInput("user", "x")], tools, text_format=text_format)):
+            events.append(event)
+    assert caught.value.code == "invalid_request"
+    assert events == []
+
+
+async def test_a_plain_text_format_is_accepted(install: Callable[..., LocalModel]) -> None:
+    _, response = await _collect(install(ScriptedModel(_answer("ok"))), _request([MessageInput("user", "x")], text_format={"type": "text"}))
+    assert response.text == "ok"
+
+
+def test_create_local_model_takes_the_name_with_or_without_its_prefix(tmp_path: Path) -> None:
+    for name in ("local:qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b"):
+        assert isinstance(create_local_model(name, tmp_path), LocalModel)
+
+
+def test_create_local_model_refuses_unknown_names(tmp_path: Path) -> None:
+    for name in ("local:gpt-9", "gpt-9", "openai:qwen2.5-coder-1.5b"):
+        with pytest.raises(InvalidRequestError, match="local:qwen2.5-coder-1.5b"):
+            create_local_model(name, tmp_path)
+    assert local_model_names() == ["local:qwen2.5-coder-1.5b"]
+
+
+def test_create_local_model_names_the_install_command_without_the_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(local_module, "is_llama_cpp_installed", lambda: False)
+    with pytest.raises(ModelError, match=r"pip install 'cairn\[local\]'"):
+        create_local_model("local:qwen2.5-coder-1.5b", tmp_path)

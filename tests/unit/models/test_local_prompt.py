@@ -1,0 +1,102 @@
+"""The ChatML prompt the local model reads."""
+
+from __future__ import annotations
+
+import json
+
+from cairn.models._local_prompt import MAX_TOOL_OUTPUT_CHARS, render_prompt, render_tools
+from cairn.models.base import (
+    FunctionCallInput,
+    FunctionCallOutputInput,
+    InputItem,
+    MessageInput,
+    ModelRequest,
+    ToolSpec,
+)
+
+EXEC = ToolSpec(
+    name="exec_command",
+    description="Run a shell command in the workspace.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "cmd": {"type": "string", "description": "the command line"},
+            "timeout_s": {"type": "integer"},
+            "mode": {"type": "string", "enum": ["fast", "safe"]},
+        },
+        "required": ["cmd"],
+    },
+    kind="workspace",
+)
+
+
+def _request(items: list[InputItem], *, instructions: str | None = "Be exact.") -> ModelRequest:
+    return ModelRequest("s", "t", 1, len(items), "local:x", instructions, items, [EXEC])
+
+
+def test_tools_are_described_with_their_arguments() -> None:
+    text = render_tools([EXEC])
+    assert "## exec_command\nRun a shell command in the workspace." in text
+    assert "- cmd (string, required): the command line" in text
+    assert "- timeout_s (integer, optional)" in text
+    assert '- mode ("fast" | "safe", optional)' in text
+
+
+def test_prompt_is_chatml_ending_at_the_assistant_reply() -> None:
+    prompt = render_prompt(_request([MessageInput("user", "List the files.")]))
+    assert prompt.startswith("<|im_start|>system\nBe exact.\n\n")
+    assert '{"name": "final_answer", "arguments": {"text": "<your answer>"}}' in prompt
+    assert "<|im_start|>user\nList the files.<|im_end|>\n" in prompt
+    assert prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_default_instructions_when_the_agent_has_none() -> None:
+    prompt = render_prompt(_request([MessageInput("user", "hi")], instructions="  "))
+    assert prompt.startswith("<|im_start|>system\nYou are a careful coding agent.")
+
+
+def test_history_is_rendered_in_the_reply_format() -> None:
+    items: list[InputItem] = [
+        MessageInput("user", "Run ls."),
+        FunctionCallInput("c1", "exec_command", '{"cmd":"ls"}'),
+        FunctionCallOutputInput("c1", "a.py\nb.py"),
+        MessageInput("assistant", "There are two files."),
+    ]
+    prompt = render_prompt(_request(items))
+    call = json.dumps({"name": "exec_command", "arguments": {"cmd": "ls"}})
+    answer = json.dumps({"name": "final_answer", "arguments": {"text": "There are two files."}})
+    assert f"<|im_start|>assistant\n{call}<|im_end|>\n" in prompt
+    assert "<|im_start|>user\n<tool_response>\na.py\nb.py\n</tool_response><|im_end|>\n" in prompt
+    assert f"<|im_start|>assistant\n{answer}<|im_end|>\n" in prompt
+
+
+def test_arguments_that_are_not_an_object_are_shown_as_written() -> None:
+    items: list[InputItem] = [MessageInput("user", "x"), FunctionCallInput("c1", "exec_command", "ls -la")]
+    prompt = render_prompt(_request(items))
+    assert '{"name": "exec_command", "arguments": "ls -la"}' in prompt
+
+
+def test_long_tool_output_keeps_its_head_and_tail() -> None:
+    output = "HEAD" + "x" * 10_000 + "TAIL"
+    items: list[InputItem] = [
+        MessageInput("user", "x"),
+        FunctionCallInput("c1", "exec_command", '{"cmd": "big"}'),
+        FunctionCallOutputInput("c1", output),
+    ]
+    prompt = render_prompt(_request(items))
+    assert "HEAD" in prompt and "TAIL" in prompt
+    assert f"[... {len(output) - MAX_TOOL_OUTPUT_CHARS} characters omitted ...]" in prompt
+    assert len(prompt) < len(output)
+
+
+def test_prompt_grows_append_only_from_step_to_step() -> None:
+    """Each step's prompt extends the previous one, so llama.cpp reuses its KV cache."""
+    first: list[InputItem] = [MessageInput("user", "Run ls.")]
+    second = [*first, FunctionCallInput("c1", "exec_command", '{"cmd": "ls"}'), FunctionCallOutputInput("c1", "a")]
+    before = render_prompt(_request(first)).removesuffix("<|im_start|>assistant\n")
+    assert render_prompt(_request(second)).startswith(before)
+
+
+def test_reminder_is_the_last_message_before_the_reply() -> None:
+    prompt = render_prompt(_request([MessageInput("user", "x")]), reminder="Do not repeat.")
+    assert prompt.endswith("<|im_start|>user\nDo not repeat.<|im_end|>\n<|im_start|>assistant\n")

@@ -1,0 +1,158 @@
+"""The local model's reply format: the constraint schema and the lenient parser."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from cairn.models._local_reply import (
+    FINAL_ANSWER,
+    FinalAnswer,
+    ReplyParseError,
+    ToolCallReply,
+    parse_reply,
+    render_reply,
+    reply_schema,
+)
+from cairn.models.base import ToolSpec
+
+EXEC = ToolSpec(
+    name="exec_command",
+    description="Run a shell command.",
+    parameters={"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+    kind="workspace",
+)
+WRITE = ToolSpec(
+    name="write_file",
+    description="Write a file.",
+    parameters={
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"],
+    },
+    kind="workspace",
+)
+NAMES = ["exec_command", "write_file"]
+
+
+def _branch_names(schema: dict[str, Any]) -> list[str]:
+    return [branch["properties"]["name"]["const"] for branch in schema["oneOf"]]
+
+
+def test_schema_has_one_branch_per_tool_plus_final_answer() -> None:
+    schema = reply_schema([EXEC, WRITE])
+    assert _branch_names(schema) == ["exec_command", "write_file", FINAL_ANSWER]
+    for branch in schema["oneOf"]:
+        assert list(branch["properties"]) == ["name", "arguments"]  # name first: streamable
+        assert branch["required"] == ["name", "arguments"]
+        assert branch["additionalProperties"] is False
+
+
+def test_schema_closes_tool_arguments_to_extra_keys_unless_the_tool_opens_them() -> None:
+    open_tool = ToolSpec("t", "d", {"type": "object", "additionalProperties": True}, "client")
+    schema = reply_schema([EXEC, open_tool])
+    assert schema["oneOf"][0]["properties"]["arguments"]["additionalProperties"] is False
+    assert schema["oneOf"][1]["properties"]["arguments"]["additionalProperties"] is True
+    assert EXEC.parameters.get("additionalProperties") is None  # the tool's own schema is untouched
+
+
+def test_schema_gives_a_tool_without_parameters_an_empty_object() -> None:
+    schema = reply_schema([ToolSpec("now", "the time", {}, "client")])
+    arguments = schema["oneOf"][0]["properties"]["arguments"]
+    assert arguments == {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def test_answer_only_schema_for_the_repeat_guard() -> None:
+    assert _branch_names(reply_schema([EXEC, WRITE], allow_tools=False)) == [FINAL_ANSWER]
+
+
+def test_parses_a_tool_call() -> None:
+    raw = '{"name": "exec_command", "arguments": {"cmd": "python tree.py"}}'
+    assert parse_reply(raw, NAMES) == ToolCallReply("exec_command", {"cmd": "python tree.py"})
+
+
+def test_parses_a_final_answer() -> None:
+    raw = '{"name": "final_answer", "arguments": {"text": "Done.\\nOutput: ."}}'
+    assert parse_reply(raw, NAMES) == FinalAnswer("Done.\nOutput: .")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '```json\n{"name": "exec_command", "arguments": {"cmd": "ls"}}\n```',
+        'Sure:\n{"name": "exec_command", "arguments": {"cmd": "ls"}} and then more',
+        '{"name": "exec_command", "arguments": "{\\"cmd\\": \\"ls\\"}"}',
+        '{"tool": "exec_command", "args": {"cmd": "ls"}}',
+        '{"name": "Exec-Command", "arguments": {"cmd": "ls"}}',
+    ],
+)
+def test_reads_tool_calls_leniently(raw: str) -> None:
+    assert parse_reply(raw, NAMES) == ToolCallReply("exec_command", {"cmd": "ls"})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"name": "final_answer", "arguments": "all done"}',
+        '{"name": "final_answer", "arguments": {"answer": "all done"}}',
+        '{"name": "final_answer", "text": "all done"}',
+        '{"name": "answer", "arguments": {"text": "all done"}}',
+    ],
+)
+def test_reads_final_answers_leniently(raw: str) -> None:
+    assert parse_reply(raw, NAMES) == FinalAnswer("all done")
+
+
+def test_closes_a_final_answer_cut_off_by_the_token_limit() -> None:
+    raw = '{"name": "final_answer", "arguments": {"text": "The tree is:\\n.\\n├── a'
+    assert parse_reply(raw, NAMES) == FinalAnswer("The tree is:\n.\n├── a")
+
+
+@pytest.mark.parametrize("cut", ['"a\\', '"a\\u00', '"a'])
+def test_closes_a_string_cut_inside_an_escape(cut: str) -> None:
+    raw = '{"name": "final_answer", "arguments": {"text": ' + cut
+    assert parse_reply(raw, NAMES) == FinalAnswer("a")
+
+
+def test_closes_a_tool_call_cut_after_a_value() -> None:
+    raw = '{"name": "write_file", "arguments": {"path": "x.py", "content": "print(1)\\n'
+    assert parse_reply(raw, NAMES) == ToolCallReply("write_file", {"path": "x.py", "content": "print(1)\n"})
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("I will list the files.", "no JSON object"),
+        ('{"name": "rm_everything", "arguments": {}}', "not one of the offered tools"),
+        ('{"arguments": {"cmd": "ls"}}', "names no tool"),
+        ('{"name": "exec_command", "arguments": [1]}', "not an object"),
+        ('{"name": "exec_command", "arguments": "ls -la"}', "not JSON"),
+        ('{"name": "final_answer", "arguments": {"text": 3}}', "no text"),
+        ('{"name": "exec_command", "argu', "not JSON"),
+    ],
+)
+def test_refuses_what_has_no_unambiguous_reading(raw: str, reason: str) -> None:
+    with pytest.raises(ReplyParseError, match=reason):
+        parse_reply(raw, NAMES)
+
+
+def test_a_tool_is_not_callable_when_it_was_not_offered() -> None:
+    with pytest.raises(ReplyParseError):
+        parse_reply('{"name": "exec_command", "arguments": {"cmd": "ls"}}', [])
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [FinalAnswer('say "hi"\n'), ToolCallReply("write_file", {"path": "t.py", "content": "é\n"})],
+)
+def test_render_reply_round_trips(reply: FinalAnswer | ToolCallReply) -> None:
+    rendered = render_reply(reply)
+    assert json.loads(rendered)["name"] in (FINAL_ANSWER, "write_file")
+    assert parse_reply(rendered, NAMES) == reply
+
+
+def test_accepts_raw_newlines_inside_strings_which_the_grammar_allows() -> None:
+    raw = '{"name": "write_file", "arguments": {"path": "t.py", "content": "import os\n\tprint(1)\n"}}'
+    assert parse_reply(raw, NAMES) == ToolCallReply("write_file", {"path": "t.py", "content": "import os\n\tprint(1)\n"})
