@@ -1,1 +1,1 @@
-"""worker package."""
+"""The worker: claims jobs from the queue under leases and runs them."""

@@ -1,0 +1,103 @@
+"""The application factory: the only place that wires Cairn's HTTP app together.
+
+`create_app(settings)` builds nothing at import time. Its lifespan opens the database
+(checking, not migrating, the schema), picks the sandbox backend, and runs the embedded
+worker in a task group that is cancelled on shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cairn.api import routes_artifacts, routes_events, routes_items, routes_sessions
+from cairn.api.errors import EXCEPTION_HANDLERS
+from cairn.blobs import BlobStore
+from cairn.config import Settings
+from cairn.engine.environment import Environments
+from cairn.engine.journal import Journal
+from cairn.engine.notifier import Notifier
+from cairn.engine.runtime import Runtime
+from cairn.engine.sessions import SessionService
+from cairn.ids import new_item_id
+from cairn.models.registry import resolve_model
+from cairn.sandbox import select_backend
+from cairn.store.db import Database
+from cairn.store.migrate import check_schema
+from cairn.worker.runner import Worker
+
+__all__ = ["build_runtime", "create_app"]
+
+log = logging.getLogger(__name__)
+
+
+class _RequestId:
+    """Adds `x-request-id` to every response (the client exposes it as `exc.request_id`)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = f"req_{new_item_id().removeprefix('item_')}".encode()
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def build_runtime(settings: Settings, db: Database) -> Runtime:
+    sandbox = select_backend(settings.sandbox)
+    notifier = Notifier()
+    return Runtime(
+        settings=settings,
+        db=db,
+        notifier=notifier,
+        journal=Journal(db, notifier),
+        sandbox=sandbox,
+        blobs=BlobStore(settings.blobs_dir),
+        environments=Environments(settings.workspaces_dir, sandbox),
+        resolve_model=partial(resolve_model, settings=settings),
+    )
+
+
+def create_app(settings: Settings, *, run_worker: bool = True) -> Starlette:
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+        db = Database(settings.resolved_database_url)
+        try:
+            await check_schema(db)
+            runtime = build_runtime(settings, db)
+            log.info("sandbox backend: %s", runtime.sandbox.name)
+            async with anyio.create_task_group() as tg:
+                if run_worker:
+                    tg.start_soon(Worker(runtime, concurrency=settings.workers).run, name="worker")
+                yield {"runtime": runtime, "sessions": SessionService(runtime)}
+                tg.cancel_scope.cancel()
+        finally:
+            await db.dispose()
+
+    return Starlette(
+        routes=[
+            *routes_sessions.routes,
+            *routes_events.routes,
+            *routes_items.routes,
+            *routes_artifacts.routes,
+        ],
+        middleware=[Middleware(_RequestId)],
+        exception_handlers=EXCEPTION_HANDLERS,
+        lifespan=lifespan,
+    )

@@ -1,0 +1,62 @@
+"""`/v1/agents/sessions/{id}/events`: input events (POST, 202) and the event stream (GET, SSE).
+
+The stream is live-only unless the caller asks for `starting_after=N` (a Cairn extension
+the official client never sends): then every stored event after N is replayed first and
+the stream continues live with no gap or duplicate (issue 5).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from cairn.api.context import request_context
+from cairn.api.params import read_body, read_model
+from cairn.api.schemas import EventsBody
+from cairn.api.sse import event_stream, sse_response
+from cairn.errors import InvalidRequestError
+
+__all__ = ["routes"]
+
+_MAX_IDEMPOTENCY_KEY = 255
+
+
+async def post_events(request: Request) -> Response:
+    ctx = await request_context(request, write=True)
+    raw = await read_body(request, ctx.runtime.settings.max_body_bytes)
+    body = read_model(raw, EventsBody)
+    key = request.headers.get("idempotency-key")
+    idempotency = None
+    if key is not None:
+        if not key or len(key) > _MAX_IDEMPOTENCY_KEY:
+            raise InvalidRequestError(f"Idempotency-Key must be 1-{_MAX_IDEMPOTENCY_KEY} characters", param="Idempotency-Key")
+        idempotency = (key, hashlib.sha256(raw).hexdigest())
+    events = [e.model_dump(exclude_none=True) for e in body.events]
+    await ctx.sessions.submit(ctx.principal.tenant, request.path_params["session_id"], events, idempotency=idempotency)
+    return Response(status_code=202)
+
+
+async def get_events(request: Request) -> Response:
+    ctx = await request_context(request)
+    session_id = request.path_params["session_id"]
+    for name in request.query_params:
+        if name not in ("include_obfuscation", "starting_after"):
+            raise InvalidRequestError(f"unknown query parameter {name!r}", param=name)
+    raw_after = request.query_params.get("starting_after")
+    session = await ctx.sessions.get(ctx.principal.tenant, session_id)
+    if raw_after is None:
+        after = session.last_event_seq
+    else:
+        if not raw_after.isdigit():
+            raise InvalidRequestError("starting_after must be a non-negative integer sequence number", param="starting_after")
+        after = int(raw_after)
+    return sse_response(event_stream(ctx.runtime, session_id, after))
+
+
+routes = [
+    Route("/v1/agents/sessions/{session_id}/events", post_events, methods=["POST"]),
+    Route("/v1/agents/sessions/{session_id}/events", get_events, methods=["GET"]),
+]

@@ -1,0 +1,288 @@
+"""Request bodies of the Agents API (spec §2.1, §3.3-3.5, §5) as strict pydantic models.
+
+Unknown keys are errors (a silently dropped field is a bug the caller never sees), and
+features of the spec that Cairn does not provide are refused with a message that names
+them, rather than accepted and ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+__all__ = [
+    "CreateSessionBody",
+    "EventsBody",
+    "InputMessage",
+    "UpdateSessionBody",
+]
+
+_ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class InputText(_Strict):
+    type: Literal["input_text"]
+    text: str
+
+
+class InputImage(_Strict):
+    type: Literal["input_image"]
+    image_url: str = Field(min_length=1)
+
+
+InputContent = Annotated[InputText | InputImage, Field(discriminator="type")]
+
+
+class InputMessage(_Strict):
+    role: Literal["user"]
+    content: list[InputContent] = Field(min_length=1)
+    type: Literal["message"] | None = None
+
+
+class FunctionTool(_Strict):
+    type: Literal["function"]
+    name: _ToolName
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+    defer_loading: bool | None = None
+    async_: bool | None = Field(default=None, alias="async")
+
+
+def _refuse_unsupported_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    if tools is None:
+        return None
+    checked = []
+    for index, tool in enumerate(tools):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind != "function":
+            raise ValueError(f"tools[{index}]: tool type {kind!r} is not supported by Cairn (use function tools)")
+        checked.append(FunctionTool.model_validate(tool).model_dump(exclude_none=True, by_alias=True))
+    return checked
+
+
+class Reasoning(_Strict):
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    summary: Literal["concise", "detailed", "auto"] | None = None
+
+
+class TextConfig(_Strict):
+    format: dict[str, Any] | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and value.get("type") not in ("text", "json_schema"):
+            raise ValueError("text.format.type must be 'text' or 'json_schema'")
+        if value is not None and value.get("type") == "json_schema" and not isinstance(value.get("schema"), dict):
+            raise ValueError("text.format of type json_schema needs a `schema` object")
+        return value
+
+
+class MultiAgent(_Strict):
+    enabled: bool
+    max_concurrent_subagents: int | None = None
+
+    @field_validator("enabled")
+    @classmethod
+    def _off(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("multi-agent sessions (subagents) are not supported by Cairn yet")
+        return value
+
+
+class AgentConfig(_Strict):
+    model: str = Field(min_length=1, max_length=256)
+    instructions: str | None = None
+    multi_agent: MultiAgent | None = None
+    reasoning: Reasoning | None = None
+    service_tier: Literal["auto", "default", "flex", "priority", "fast", "ultrafast"] | None = None
+    text: TextConfig | None = None
+    tools: list[dict[str, Any]] | None = None
+    compaction: dict[str, Any] | None = None
+    experimental: dict[str, Any] | None = None
+
+    _tools = field_validator("tools")(_refuse_unsupported_tools)
+
+
+class Network(_Strict):
+    access: Literal["enabled", "disabled", "restricted"] = "disabled"
+    allowed_domains: list[str] | None = None
+    blocked_domains: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _no_restricted(self) -> Network:
+        if self.access == "restricted":
+            raise ValueError("network access 'restricted' (domain lists) is not supported; use 'enabled' or 'disabled'")
+        return self
+
+
+class InlineFile(_Strict):
+    type: Literal["inline"]
+    data: str
+    path: str = Field(min_length=1)
+
+
+class HostedEnvironment(_Strict):
+    type: Literal["openai_hosted"]
+    env: dict[str, str] | None = None
+    network: Network | None = None
+    files: list[InlineFile] | None = None
+    container_size: Literal["small", "medium", "large"] | None = None
+    environment_id: str | None = None
+    environment_template_id: str | None = None
+    capability_directories: list[Any] | None = None
+    desktop: dict[str, Any] | None = None
+    packages: dict[str, Any] | None = None
+    plugins: list[Any] | None = None
+    setup_commands: list[Any] | None = None
+    skills: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _refuse_unsupported(self) -> HostedEnvironment:
+        for name in (
+            "environment_id",
+            "environment_template_id",
+            "capability_directories",
+            "desktop",
+            "packages",
+            "plugins",
+            "setup_commands",
+            "skills",
+        ):
+            if getattr(self, name):
+                raise ValueError(f"environment.{name} is not supported by Cairn yet")
+        for key in self.env or {}:
+            if not key or "=" in key or "\x00" in key:
+                raise ValueError(f"environment.env: bad variable name {key!r}")
+        return self
+
+
+class NoEnvironment(_Strict):
+    type: Literal["none"]
+
+
+class SelfHostedEnvironment(_Strict):
+    type: Literal["self_hosted"]
+    workspace_directory: str
+    capability_directories: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _refuse(self) -> SelfHostedEnvironment:
+        raise ValueError("self_hosted environments are not supported: Cairn hosts the sandbox (use openai_hosted)")
+
+
+Environment = Annotated[HostedEnvironment | NoEnvironment | SelfHostedEnvironment, Field(discriminator="type")]
+
+
+def _check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
+    if value is None:
+        return None
+    if len(value) > 16:
+        raise ValueError("metadata holds at most 16 pairs")
+    for key, item in value.items():
+        if len(key) > 64 or len(item) > 512:
+            raise ValueError("metadata keys are at most 64 characters and values at most 512")
+    return value
+
+
+class StreamOptions(_Strict):
+    include_obfuscation: bool | None = None
+
+
+class PromptCacheOptions(_Strict):
+    ttl: Literal["30m", "12h"]
+
+
+class SpendControl(_Strict):
+    limit: int | None = None
+
+
+class CreateSessionBody(_Strict):
+    environment: Environment
+    agent: AgentConfig | None = None
+    agent_id: str | None = None
+    input: str | list[InputMessage] | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    metadata: dict[str, str] | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
+    review: Literal["none", "auto_review"] | None = None
+    spend_control: SpendControl | None = None
+    vault_ids: list[str] | None = None
+
+    _metadata = field_validator("metadata")(_check_metadata)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CreateSessionBody:
+        if self.agent_id is not None:
+            raise ValueError("saved agents (agent_id) are not supported by Cairn yet; pass `agent` with a model")
+        if self.agent is None:
+            raise ValueError("`agent` with a `model` is required")
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options is allowed only with stream: true")
+        if self.vault_ids:
+            raise ValueError("vaults are not supported by Cairn yet")
+        if self.environment.type == "none" and not self.input:
+            raise ValueError("input is required when environment.type is 'none'")
+        if self.stream and not self.input:
+            raise ValueError("input is required with stream: true")
+        return self
+
+    def input_messages(self) -> list[dict[str, Any]]:
+        """`input` normalised to a list of messages (a string is one user text message)."""
+        if self.input is None or self.input == "":
+            return []
+        if isinstance(self.input, str):
+            return [{"role": "user", "content": [{"type": "input_text", "text": self.input}]}]
+        return [m.model_dump(exclude_none=True) for m in self.input]
+
+
+class UpdateAgent(_Strict):
+    model: str | None = Field(default=None, min_length=1, max_length=256)
+    reasoning: Reasoning | None = None
+    service_tier: Literal["auto", "default", "flex", "priority", "fast", "ultrafast"] | None = None
+    tools: list[dict[str, Any]] | None = None
+
+    _tools = field_validator("tools")(_refuse_unsupported_tools)
+
+
+class UpdateSessionBody(_Strict):
+    agent: UpdateAgent | None = None
+    metadata: dict[str, str] | None = None
+    prompt_cache_options: PromptCacheOptions | None = None
+    review: Literal["none", "auto_review"] | None = None
+    spend_control: SpendControl | None = None
+
+    _metadata = field_validator("metadata")(_check_metadata)
+
+
+class MessageEvent(_Strict):
+    type: Literal["agent.session.input.message"]
+    input: list[InputMessage] = Field(min_length=1)
+
+
+class CancelEvent(_Strict):
+    type: Literal["agent.session.input.cancel"]
+
+
+class ToolResultEvent(_Strict):
+    type: Literal["agent.session.input.tool_result"]
+    turn_id: str = Field(min_length=1)
+    call_id: str = Field(min_length=1)
+    success: bool
+    output: str | list[InputContent] | None = None
+    error: str | None = None
+
+
+InputEvent = Annotated[MessageEvent | CancelEvent | ToolResultEvent, Field(discriminator="type")]
+
+
+class EventsBody(_Strict):
+    events: list[InputEvent] = Field(min_length=1, max_length=64)

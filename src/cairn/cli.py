@@ -1,0 +1,183 @@
+"""The `cairn` command: serve, keys, db, doctor, demo.
+
+Every subcommand runs its async work with `anyio.run`; errors a user can fix end in a
+one-line message and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+
+from cairn.config import Settings
+from cairn.errors import CairnError
+from cairn.store.db import Database
+from cairn.store.keys import ROLES, create_key, list_keys, revoke_key
+from cairn.store.migrate import current_revision, head_revision, upgrade
+
+__all__ = ["main"]
+
+log = logging.getLogger("cairn")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings(
+        data_dir=Path(args.data_dir),
+        database_url=getattr(args, "database_url", None),
+        scripts_dir=Path(args.scripts_dir).resolve() if getattr(args, "scripts_dir", None) else None,
+        host=getattr(args, "host", "127.0.0.1"),
+        port=getattr(args, "port", 8321),
+        sandbox=getattr(args, "sandbox", None),
+    ).with_env()
+
+
+def _make_data_dir(settings: Settings) -> None:
+    # Traversable but not listable by others: the sandbox's unprivileged uid must reach
+    # the workspaces below it, while the database, keys and blobs keep modes of their own.
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(settings.data_dir, 0o711)
+
+
+async def prepare_data_dir(settings: Settings) -> str | None:
+    """Create the data dir, migrate an empty database, and mint the first admin key.
+
+    Returns the admin key when it was created now. An existing database at an older
+    schema is not touched: that needs an explicit `cairn db upgrade`.
+    """
+    _make_data_dir(settings)
+    db = Database(settings.resolved_database_url)
+    try:
+        if await current_revision(db) is None:
+            await upgrade(db)
+        if db.is_sqlite and db.url.database:
+            for suffix in ("", "-wal", "-shm"):
+                if os.path.exists(db.url.database + suffix):
+                    os.chmod(db.url.database + suffix, 0o600)
+        async with db.write() as conn:
+            if await list_keys(conn):
+                return None
+            _, secret = await create_key(conn, tenant="default", role="admin")
+        key_path = settings.admin_key_path
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secret + "\n")
+        return secret
+    finally:
+        await db.dispose()
+
+
+async def _serve(settings: Settings) -> None:
+    import uvicorn
+
+    from cairn.api.app import create_app
+
+    if await prepare_data_dir(settings):
+        print(f"created admin API key in {settings.admin_key_path}", file=sys.stderr)
+    config = uvicorn.Config(
+        create_app(settings), host=settings.host, port=settings.port, log_level="info", lifespan="on", access_log=False
+    )
+    server = uvicorn.Server(config)
+    await server.serve()
+    if not server.started:
+        raise CairnError(f"the server did not start (is {settings.host}:{settings.port} free?)", code="serve_failed")
+
+
+async def _keys(args: argparse.Namespace, settings: Settings) -> None:
+    db = Database(settings.resolved_database_url)
+    try:
+        from cairn.store.migrate import check_schema
+
+        await check_schema(db)
+        async with db.write() as conn:
+            if args.keys_command == "create":
+                record, secret = await create_key(conn, tenant=args.tenant, role=args.role)
+                print(json.dumps({"id": record.id, "tenant": record.tenant, "role": record.role, "key": secret}))
+            elif args.keys_command == "list":
+                for key in await list_keys(conn):
+                    print(json.dumps({"id": key.id, "tenant": key.tenant, "role": key.role, "revoked": key.revoked_at is not None}))
+            elif not await revoke_key(conn, args.key_id):
+                raise CairnError(f"no live key with id {args.key_id!r}", code="not_found")
+    finally:
+        await db.dispose()
+
+
+async def _db(args: argparse.Namespace, settings: Settings) -> None:
+    _make_data_dir(settings)
+    db = Database(settings.resolved_database_url)
+    try:
+        if args.db_command == "upgrade":
+            await upgrade(db)
+        current = await current_revision(db)
+        print(json.dumps({"revision": current, "head": head_revision(), "current": current == head_revision()}))
+    finally:
+        await db.dispose()
+
+
+def _doctor(settings: Settings) -> None:
+    from cairn.sandbox.doctor import describe_host
+
+    print(describe_host(settings.sandbox))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cairn", description="A durable runtime for LLM agents in sandboxed workspaces.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", default=os.environ.get("CAIRN_DATA_DIR", ".cairn"), help="state directory (default ./.cairn)")
+    common.add_argument("--database-url", default=None, help="sqlite:///PATH or postgresql://… (default: SQLite in the data dir)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", parents=[common], help="run the API server with an embedded worker")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8321)
+    serve.add_argument("--scripts-dir", default=None, help="directory of scripted:NAME model scripts")
+    serve.add_argument("--sandbox", default=None, help="sandbox backend (default: the best isolating one)")
+
+    keys = sub.add_parser("keys", parents=[common], help="manage API keys")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_sub.add_parser("create", parents=[common], help="create a key and print it once")
+    create.add_argument("--tenant", required=True)
+    create.add_argument("--role", required=True, choices=ROLES)
+    keys_sub.add_parser("list", parents=[common], help="list keys (never their secrets)")
+    revoke = keys_sub.add_parser("revoke", parents=[common], help="revoke a key by id")
+    revoke.add_argument("key_id")
+
+    db = sub.add_parser("db", parents=[common], help="database schema")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    db_sub.add_parser("upgrade", parents=[common], help="migrate the schema to this version of Cairn")
+    db_sub.add_parser("status", parents=[common], help="print the schema revision")
+
+    doctor = sub.add_parser("doctor", parents=[common], help="show the sandbox backend, its isolation and limits")
+    doctor.add_argument("--sandbox", default=None)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = _settings(args)
+        if args.command == "serve":
+            anyio.run(_serve, settings)
+        elif args.command == "keys":
+            anyio.run(_keys, args, settings)
+        elif args.command == "db":
+            anyio.run(_db, args, settings)
+        elif args.command == "doctor":
+            _doctor(settings)
+    except CairnError as exc:
+        print(f"cairn: error: {exc.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

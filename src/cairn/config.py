@@ -1,0 +1,66 @@
+"""Settings: read once (by the CLI or a test), frozen, and passed down explicitly."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from cairn.errors import InvalidRequestError
+
+__all__ = ["Settings"]
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    data_dir: Path = Path(".cairn")
+    database_url: str | None = None
+    scripts_dir: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 8321
+    # Sandbox backend name for `cairn.sandbox.select_backend`; None picks the best isolating one.
+    sandbox: str | None = None
+    workers: int = 4
+    lease_s: float = 30.0
+    poll_interval_s: float = 0.25
+    keepalive_s: float = 15.0
+    max_body_bytes: int = 8 * 1024 * 1024
+    command_timeout_s: float = 600.0
+    # OpenAI-compatible endpoint for `openai:` and plain model names.
+    openai_base_url: str | None = None
+    openai_api_key: str | None = None
+    openai_api: str = "responses"
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'cairn.db').resolve()}"
+
+    @property
+    def workspaces_dir(self) -> Path:
+        return self.data_dir / "workspaces"
+
+    @property
+    def blobs_dir(self) -> Path:
+        return self.data_dir / "blobs"
+
+    @property
+    def admin_key_path(self) -> Path:
+        return self.data_dir / "admin.key"
+
+    def with_env(self, environ: Mapping[str, str] = os.environ) -> Settings:
+        """Fill what the command line left unset from CAIRN_* and OPENAI_* variables."""
+        try:
+            return replace(
+                self,
+                database_url=self.database_url or environ.get("CAIRN_DATABASE_URL"),
+                sandbox=self.sandbox or environ.get("CAIRN_SANDBOX"),
+                lease_s=float(environ.get("CAIRN_LEASE_S", self.lease_s)),
+                workers=int(environ.get("CAIRN_WORKERS", self.workers)),
+                openai_base_url=self.openai_base_url or environ.get("OPENAI_BASE_URL"),
+                openai_api_key=self.openai_api_key or environ.get("OPENAI_API_KEY"),
+                openai_api=environ.get("CAIRN_OPENAI_API", self.openai_api),
+            )
+        except ValueError as exc:
+            raise InvalidRequestError(f"bad CAIRN_* setting: {exc}") from exc

@@ -1,0 +1,60 @@
+"""The write path for everything that happens in a session: state changes plus their events.
+
+A `Journal.transaction` gathers the events a change emits and appends them to the log in
+the same database transaction (design invariant 1: durable before sent); subscribers are
+woken only after the commit. A worker's transaction can be fenced by its lease token so a
+worker that lost its lease cannot write (style: storage).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from cairn.engine.notifier import Notifier
+from cairn.store.db import Database
+from cairn.store.events import EventRecord, append_events
+from cairn.store.turns import TurnRecord, fence_turn
+
+__all__ = ["Fence", "Journal", "Transaction"]
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    turn_id: str
+    lease_token: int
+
+
+@dataclass(slots=True)
+class Transaction:
+    conn: AsyncConnection
+    session_id: str
+    fenced_turn: TurnRecord | None = None
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    appended: list[EventRecord] = field(default_factory=list)
+    jobs_queued: bool = False
+
+    def emit(self, *payloads: dict[str, Any]) -> None:
+        self.pending.extend(payloads)
+
+
+class Journal:
+    def __init__(self, db: Database, notifier: Notifier) -> None:
+        self.db = db
+        self.notifier = notifier
+
+    @asynccontextmanager
+    async def transaction(self, session_id: str, *, fence: Fence | None = None) -> AsyncIterator[Transaction]:
+        async with self.db.write() as conn:
+            turn = await fence_turn(conn, fence.turn_id, fence.lease_token) if fence is not None else None
+            tx = Transaction(conn=conn, session_id=session_id, fenced_turn=turn)
+            yield tx
+            tx.appended = await append_events(conn, session_id, tx.pending)
+        if tx.appended:
+            self.notifier.session_changed(session_id)
+        if tx.jobs_queued:
+            self.notifier.job_queued()

@@ -1,0 +1,81 @@
+"""Turn and session transitions shared by the worker and the API.
+
+Closing a turn (completed, failed, cancelled) and moving the session on (to the next
+queued turn, or to idle) happen in one journal transaction, so the log never shows a
+turn ending without the session's next state. These functions only write inside the
+caller's transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from cairn.engine.events import item_event, session_event, turn_event
+from cairn.engine.journal import Transaction
+from cairn.engine.wire import render_usage
+from cairn.store.items import ItemRecord, turn_items, update_item
+from cairn.store.jobs import enqueue_job
+from cairn.store.sessions import SessionRecord, get_session, update_session
+from cairn.store.turns import TurnRecord, next_queued_turn, update_turn
+
+__all__ = ["RUN_TURN", "advance_session", "close_open_item", "close_turn", "interrupt_open_items", "queue_turn_job", "set_session_status"]
+
+RUN_TURN = "run_turn"
+
+
+async def queue_turn_job(tx: Transaction, turn: TurnRecord) -> None:
+    if await enqueue_job(tx.conn, kind=RUN_TURN, session_id=turn.session_id, turn_id=turn.id):
+        tx.jobs_queued = True
+
+
+async def set_session_status(tx: Transaction, session_id: str, status: str, **values: Any) -> SessionRecord:
+    """Change the session's status and emit the matching event if it changed."""
+    before = await get_session(tx.conn, session_id)
+    assert before is not None
+    session = await update_session(tx.conn, session_id, status=status, last_active_at=time.time(), **values)
+    if before.status != status or status == "requires_action":
+        tx.emit(session_event(status, session))
+    return session
+
+
+async def advance_session(tx: Transaction, session_id: str) -> None:
+    """After a turn ends: start the next queued turn, or make the session idle."""
+    queued = await next_queued_turn(tx.conn, session_id)
+    if queued is not None:
+        await queue_turn_job(tx, queued)
+        return
+    before = await get_session(tx.conn, session_id)
+    assert before is not None
+    extra = {**before.extra, "required_actions": []}
+    session = await update_session(tx.conn, session_id, status="idle", extra=extra, last_active_at=time.time())
+    tx.emit(session_event("idle", session))
+
+
+async def close_open_item(tx: Transaction, item: ItemRecord, note: str) -> ItemRecord:
+    """Mark one in-progress item `incomplete`, saying why in a command's output."""
+    data = dict(item.data)
+    if item.type == "command_execution":
+        data["output"] = (data.get("output") or "") + f"\n[{note}]"
+    closed = await update_item(tx.conn, item.id, status="incomplete", data=data)
+    tx.emit(item_event("done", closed, closed.output_index))
+    return closed
+
+
+async def interrupt_open_items(tx: Transaction, turn: TurnRecord, note: str) -> None:
+    """Close every item of the turn that is still in progress."""
+    for item in await turn_items(tx.conn, turn.id):
+        if item.status == "in_progress":
+            await close_open_item(tx, item, note)
+
+
+async def close_turn(
+    tx: Transaction, turn: TurnRecord, status: str, *, error: dict[str, str] | None = None
+) -> TurnRecord:
+    """End `turn` with `status`, close its open items, and move the session on."""
+    if status != "completed":
+        await interrupt_open_items(tx, turn, f"turn {status}")
+    closed = await update_turn(tx.conn, turn.id, status=status, error=error, completed_at=time.time(), lease_token=None)
+    tx.emit(turn_event(status, closed, usage=render_usage(closed.usage)))
+    await advance_session(tx, turn.session_id)
+    return closed

@@ -1,0 +1,79 @@
+"""Turns the session's stored items into the model's input, and the agent's client
+function tools into tool specs.
+
+The items are the conversation's only record (run state holds references, not copies).
+A command execution is shown to the model as a `shell` call and its output; output is
+clipped, head and tail, so one noisy command cannot fill the context.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cairn.models.base import FunctionCallInput, FunctionCallOutputInput, InputItem, MessageInput, ToolSpec
+from cairn.store.items import ItemRecord
+
+__all__ = ["build_model_input", "client_tool_specs"]
+
+_MODEL_OUTPUT_CHARS = 16_000
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = []
+    for part in content or []:
+        if isinstance(part, Mapping):
+            if "text" in part:
+                parts.append(str(part["text"]))
+            elif part.get("type") == "input_image":
+                parts.append("[image]")
+    return "\n".join(parts)
+
+
+def _clip(text: str) -> str:
+    if len(text) <= _MODEL_OUTPUT_CHARS:
+        return text
+    half = _MODEL_OUTPUT_CHARS // 2
+    return f"{text[:half]}\n[... {len(text) - _MODEL_OUTPUT_CHARS} characters omitted ...]\n{text[-half:]}"
+
+
+def build_model_input(items: Sequence[ItemRecord]) -> list[InputItem]:
+    result: list[InputItem] = []
+    for item in items:
+        data = item.data
+        if item.type == "message":
+            text = _text_of(data.get("content"))
+            if text:
+                result.append(MessageInput(role=data.get("role", "user"), text=text))
+        elif item.type == "function_call":
+            result.append(FunctionCallInput(call_id=str(item.call_id), name=str(data["name"]), arguments=str(data["arguments"])))
+        elif item.type == "function_call_output":
+            if "error" in data and data["error"] is not None:
+                output = f"error: {data['error']}"
+            else:
+                output = _text_of(data.get("output"))
+            result.append(FunctionCallOutputInput(call_id=str(item.call_id), output=_clip(output)))
+        elif item.type == "command_execution":
+            arguments = data.get("arguments") or json.dumps({"command": data.get("command")})
+            result.append(FunctionCallInput(call_id=str(item.call_id), name="shell", arguments=str(arguments)))
+            if item.status != "in_progress":
+                exit_code = data.get("exit_code")
+                header = f"exit_code: {exit_code}" if exit_code is not None else f"status: {item.status}"
+                result.append(FunctionCallOutputInput(call_id=str(item.call_id), output=_clip(f"{header}\n{data.get('output') or ''}")))
+    return result
+
+
+def client_tool_specs(agent: Mapping[str, Any]) -> list[ToolSpec]:
+    return [
+        ToolSpec(
+            name=str(tool["name"]),
+            description=str(tool.get("description") or ""),
+            parameters=tool.get("parameters") or {"type": "object", "properties": {}},
+            kind="client",
+        )
+        for tool in agent.get("tools") or []
+        if tool.get("type") == "function"
+    ]

@@ -1,0 +1,29 @@
+"""The runtime: every long-lived collaborator of the engine, built once by the app factory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cairn.blobs import BlobStore
+from cairn.config import Settings
+from cairn.engine.environment import Environments
+from cairn.engine.journal import Journal
+from cairn.engine.notifier import Notifier
+from cairn.models.base import Model
+from cairn.sandbox.base import SandboxBackend
+from cairn.store.db import Database
+
+__all__ = ["Runtime"]
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    settings: Settings
+    db: Database
+    notifier: Notifier
+    journal: Journal
+    sandbox: SandboxBackend
+    blobs: BlobStore
+    environments: Environments
+    resolve_model: Callable[[str], Model]

@@ -1,0 +1,285 @@
+"""Session operations behind the HTTP API: create, update, delete, and input events.
+
+Input events (message, cancel, tool_result) of one request are applied in one journal
+transaction under a lock on the session row, together with their idempotency key: either
+all take effect and the key is recorded, or none does. A message sent while a turn is
+active is queued as the next turn (spec §5 allows rejecting; queueing loses nothing).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cairn.engine.environment import decode_inline_files
+from cairn.engine.events import environment_event, item_event, session_event, turn_event
+from cairn.engine.journal import Transaction
+from cairn.engine.lifecycle import close_turn, queue_turn_job, set_session_status
+from cairn.engine.runtime import Runtime
+from cairn.engine.tools import WORKSPACE_TOOL_NAMES
+from cairn.errors import ConflictError, InvalidRequestError, NotFoundError
+from cairn.ids import new_environment_id, new_item_id, new_session_id, new_turn_id
+from cairn.store.idempotency import record_idempotency_key
+from cairn.store.items import ItemRecord, insert_item, pending_client_calls, update_item
+from cairn.store.sessions import SessionRecord, allocate_turn_ordinal, delete_session, get_session, insert_session, update_session
+from cairn.store.turns import TurnRecord, active_turn, get_turn, insert_turn, next_queued_turn, update_turn
+
+__all__ = ["CreatedSession", "SessionService"]
+
+_DELETE_RETRY_AFTER_MS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedSession:
+    session: SessionRecord
+    first_event_seq: int
+    turn_id: str | None
+
+
+def _environment_view(environment: Mapping[str, Any], environment_id: str) -> dict[str, Any]:
+    """The response shape of spec §3.5 for a Cairn-hosted environment."""
+    if environment["type"] == "none":
+        return {"type": "none"}
+    network = environment.get("network") or {}
+    return {
+        "type": "openai_hosted",
+        "id": environment_id,
+        "capability_directories": [],
+        "files": [
+            {"type": "inline", "id": f"file_{i}", "path": f["path"], "size_bytes": len(f.get("data", "")) * 3 // 4}
+            for i, f in enumerate(environment.get("files") or [])
+        ],
+        "network": {"access": network.get("access", "disabled"), "allowed_domains": network.get("allowed_domains") or []},
+        "packages": {"npm": [], "python": [], "system": []},
+        "plugins": [],
+        "skills": [],
+        "container_size": environment.get("container_size") or "medium",
+    }
+
+
+class SessionService:
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+
+    # -- reads ------------------------------------------------------------------------
+
+    async def get(self, tenant: str, session_id: str) -> SessionRecord:
+        async with self.rt.db.read() as conn:
+            session = await get_session(conn, session_id, tenant=tenant)
+        if session is None:
+            raise NotFoundError(f"No session found with id '{session_id}'.", param="session_id")
+        return session
+
+    # -- create / update / delete -----------------------------------------------------
+
+    async def create(self, tenant: str, body: Mapping[str, Any]) -> CreatedSession:
+        agent = dict(body["agent"])
+        self.rt.resolve_model(agent["model"])  # a bad model name is a 400 now, not a failed turn later
+        _check_tool_names(agent)
+        environment = dict(body["environment"])
+        inline_files = decode_inline_files(environment.get("files") or [])
+        session_id = new_session_id()
+        environment_id = new_environment_id()
+        now = time.time()
+        record = SessionRecord(
+            id=session_id,
+            tenant=tenant,
+            status="idle",
+            agent={"id": f"agent_{session_id.removeprefix('sess_')}", **agent},
+            environment=_environment_view(environment, environment_id),
+            environment_id=environment_id,
+            metadata=dict(body.get("metadata") or {}),
+            # `env` is kept out of the rendered environment: its values may be secrets.
+            extra={
+                **{k: body[k] for k in ("prompt_cache_options", "review", "spend_control", "vault_ids") if body.get(k) is not None},
+                "env": dict(environment.get("env") or {}),
+            },
+            error=None,
+            usage=None,
+            last_event_seq=0,
+            next_turn_ordinal=0,
+            outputs_manifest={},
+            created_at=now,
+            last_active_at=now,
+        )
+        if environment["type"] != "none":
+            await self.rt.environments.create(session_id, inline_files)
+        try:
+            async with self.rt.journal.transaction(session_id) as tx:
+                await insert_session(tx.conn, record)
+                tx.emit(session_event("created", record))
+                if environment["type"] != "none":
+                    tx.emit(environment_event("pending", record, status="pending"))
+                    tx.emit(environment_event("ready", record, status="ready"))
+                turn_id = None
+                if body.get("input"):
+                    turn_id = (await self._queue_message(tx, record, body["input"])).id
+                session = await get_session(tx.conn, session_id)
+                assert session is not None
+        except BaseException:
+            await self.rt.environments.remove(session_id)
+            raise
+        return CreatedSession(session=session, first_event_seq=tx.appended[0].seq, turn_id=turn_id)
+
+    async def update(self, tenant: str, session_id: str, body: Mapping[str, Any]) -> SessionRecord:
+        async with self.rt.journal.transaction(session_id) as tx:
+            session = await self._locked(tx, tenant, session_id)
+            values: dict[str, Any] = {}
+            if "agent" in body and body["agent"] is not None:
+                agent = {**session.agent, **{k: v for k, v in body["agent"].items()}}
+                if "tools" in body["agent"] and body["agent"]["tools"] is None:
+                    agent["tools"] = []
+                self.rt.resolve_model(agent["model"])
+                _check_tool_names(agent)
+                values["agent"] = agent
+            if "metadata" in body:
+                values["metadata"] = dict(body["metadata"] or {})
+            extra = dict(session.extra)
+            for key in ("prompt_cache_options", "review", "spend_control"):
+                if key in body:
+                    extra[key] = body[key]
+            values["extra"] = extra
+            return await update_session(tx.conn, session_id, last_active_at=time.time(), **values)
+
+    async def delete(self, tenant: str, session_id: str) -> None:
+        async with self.rt.journal.transaction(session_id) as tx:
+            await self._locked(tx, tenant, session_id)
+            running = await active_turn(tx.conn, session_id)
+            if running is not None and running.status == "in_progress":
+                raise ConflictError(
+                    f"Session {session_id} has a running turn ({running.id}); cancel it first "
+                    "(POST /v1/agents/sessions/{id}/events with agent.session.input.cancel).",
+                    code="session_busy",
+                    retryable=False,
+                    context={"retry_after_ms": _DELETE_RETRY_AFTER_MS},
+                )
+            await delete_session(tx.conn, session_id)
+        self.rt.notifier.session_changed(session_id)
+        await self.rt.environments.remove(session_id)
+
+    # -- input events -----------------------------------------------------------------
+
+    async def submit(
+        self, tenant: str, session_id: str, events: Sequence[Mapping[str, Any]], *, idempotency: tuple[str, str] | None
+    ) -> None:
+        """Apply input events atomically; `idempotency` is (key, request digest)."""
+        async with self.rt.journal.transaction(session_id) as tx:
+            session = await self._locked(tx, tenant, session_id)
+            if idempotency is not None and await record_idempotency_key(tx.conn, session_id, *idempotency):
+                return
+            for event in events:
+                kind = event["type"]
+                if kind == "agent.session.input.message":
+                    await self._queue_message(tx, session, event["input"])
+                elif kind == "agent.session.input.cancel":
+                    await self._cancel(tx, session_id)
+                elif kind == "agent.session.input.tool_result":
+                    await self._tool_result(tx, session_id, event)
+                else:
+                    raise InvalidRequestError(f"input event type {kind!r} is not supported by this server", param="events.type")
+                refreshed = await get_session(tx.conn, session_id)
+                assert refreshed is not None
+                session = refreshed
+
+    async def _locked(self, tx: Transaction, tenant: str, session_id: str) -> SessionRecord:
+        session = await get_session(tx.conn, session_id, tenant=tenant, for_update=True)
+        if session is None:
+            raise NotFoundError(f"No session found with id '{session_id}'.", param="session_id")
+        return session
+
+    async def _queue_message(self, tx: Transaction, session: SessionRecord, messages: Sequence[Mapping[str, Any]]) -> TurnRecord:
+        if session.status == "failed":
+            raise ConflictError(f"session {session.id} has failed: {session.error}", code="session_failed")
+        busy = await active_turn(tx.conn, session.id) or await next_queued_turn(tx.conn, session.id)
+        turn = TurnRecord(
+            id=new_turn_id(),
+            session_id=session.id,
+            ordinal=await allocate_turn_ordinal(tx.conn, session.id),
+            status="queued",
+            input=[{"role": "user", "content": list(m["content"])} for m in messages],
+            step=0,
+            next_output_index=0,
+            cancel_requested=False,
+            lease_token=None,
+            error=None,
+            usage=None,
+            created_at=time.time(),
+            started_at=None,
+            completed_at=None,
+        )
+        await insert_turn(tx.conn, turn)
+        if busy is None:
+            await set_session_status(tx, session.id, "in_progress")
+            await queue_turn_job(tx, turn)
+        tx.emit(turn_event("created", turn))
+        return turn
+
+    async def _cancel(self, tx: Transaction, session_id: str) -> None:
+        turn = await active_turn(tx.conn, session_id) or await next_queued_turn(tx.conn, session_id)
+        if turn is None:
+            return  # nothing to cancel: a no-op, as the spec allows
+        if turn.status == "in_progress":
+            # The worker running it sees the flag, stops the step and closes the turn.
+            await update_turn(tx.conn, turn.id, cancel_requested=True)
+        else:
+            await close_turn(tx, turn, "cancelled")
+
+    async def _tool_result(self, tx: Transaction, session_id: str, event: Mapping[str, Any]) -> None:
+        call_id = event["call_id"]
+        turn = await get_turn(tx.conn, event["turn_id"], session_id=session_id)
+        pending = await pending_client_calls(tx.conn, turn.id) if turn is not None and turn.status in ("in_progress", "waiting") else []
+        call = next((c for c in pending if c.call_id == call_id), None)
+        if turn is None or call is None:
+            # The exact message the official client's race retry recognises (spec §6.4).
+            raise InvalidRequestError(f"Unknown pending tool call: {call_id}", code="invalid_request_error", param="call_id")
+        success = bool(event["success"])
+        data: dict[str, Any] = {"call_id": call_id}
+        if success:
+            data["output"] = event.get("output")
+        else:
+            data["error"] = event.get("error") or "the client reported a failure"
+        await update_item(tx.conn, call.id, status="completed" if success else "failed", data=call.data)
+        output = await insert_item(
+            tx.conn,
+            ItemRecord(
+                id=new_item_id(),
+                session_id=session_id,
+                turn_id=turn.id,
+                type="function_call_output",
+                status="completed" if success else "failed",
+                call_id=call_id,
+                tool_kind="client",
+                output_index=None,
+                data=data,
+                created_at=time.time(),
+            ),
+        )
+        tx.emit(item_event("added", output, None))
+        remaining = [c for c in pending if c.call_id != call_id]
+        session = await get_session(tx.conn, session_id)
+        assert session is not None
+        if remaining:
+            actions = [a for a in session.extra.get("required_actions", []) if a.get("call_id") != call_id]
+            await update_session(tx.conn, session_id, extra={**session.extra, "required_actions": actions})
+            return
+        await set_session_status(tx, session_id, "in_progress", extra={**session.extra, "required_actions": []})
+        if turn.status == "waiting":
+            resumed = await update_turn(tx.conn, turn.id, status="in_progress")
+            await queue_turn_job(tx, resumed)
+
+
+def _check_tool_names(agent: Mapping[str, Any]) -> None:
+    seen: set[str] = set()
+    for index, tool in enumerate(agent.get("tools") or []):
+        name = tool.get("name")
+        if tool.get("type") != "function":
+            continue
+        if name in WORKSPACE_TOOL_NAMES:
+            raise InvalidRequestError(
+                f"function tool name {name!r} is taken by a built-in workspace tool", param=f"agent.tools[{index}].name"
+            )
+        if name in seen:
+            raise InvalidRequestError(f"duplicate function tool name {name!r}", param=f"agent.tools[{index}].name")
+        seen.add(name)

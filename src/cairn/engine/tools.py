@@ -1,0 +1,156 @@
+"""The built-in workspace tools: their schemas for the model and their execution.
+
+`shell` runs in the sandbox; `read_file`, `write_file` and `apply_patch` work on the
+workspace through `WorkspaceFiles`, which refuses any path outside `/workspace`. A bad
+argument or a refused path is a tool error the model sees, never a turn failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from cairn._concurrency import run_sync
+from cairn.engine.patch import apply_hunks, parse_patch
+from cairn.engine.workspace_files import WorkspaceFiles, workspace_relative
+from cairn.errors import InvalidRequestError
+from cairn.models.base import ToolSpec
+
+__all__ = [
+    "MAX_READ_BYTES",
+    "ShellArguments",
+    "WORKSPACE_TOOL_NAMES",
+    "is_read_only_tool",
+    "parse_shell_arguments",
+    "run_file_tool",
+    "workspace_tool_specs",
+]
+
+MAX_READ_BYTES = 256 * 1024
+MAX_TIMEOUT_MS = 3_600_000
+
+
+class ToolArgumentError(InvalidRequestError):
+    default_code = "invalid_tool_arguments"
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ShellArguments(_Args):
+    command: str = Field(min_length=1)
+    timeout_ms: int | None = Field(default=None, gt=0, le=MAX_TIMEOUT_MS)
+
+
+class _WriteFile(_Args):
+    path: str = Field(min_length=1)
+    content: str
+
+
+class _ReadFile(_Args):
+    path: str = Field(min_length=1)
+
+
+class _ApplyPatch(_Args):
+    patch: str = Field(min_length=1)
+
+
+_SCHEMAS: dict[str, tuple[type[_Args], str]] = {
+    "shell": (
+        ShellArguments,
+        "Run a shell command (/bin/sh -c) in the workspace; the working directory is /workspace. "
+        "Returns the exit code and combined output.",
+    ),
+    "write_file": (_WriteFile, "Create or overwrite a text file in /workspace with the given content."),
+    "read_file": (_ReadFile, "Read a text file from /workspace."),
+    "apply_patch": (
+        _ApplyPatch,
+        "Edit files with a patch: '*** Begin Patch', then '*** Add File: P' (+lines), "
+        "'*** Update File: P' (@@ hunks of ' '/'-'/'+' lines) or '*** Delete File: P', then '*** End Patch'.",
+    ),
+}
+
+WORKSPACE_TOOL_NAMES = frozenset(_SCHEMAS)
+
+
+def _parameters(model: type[_Args]) -> dict[str, Any]:
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    return schema
+
+
+def workspace_tool_specs() -> list[ToolSpec]:
+    return [ToolSpec(name=n, description=d, parameters=_parameters(m), kind="workspace") for n, (m, d) in _SCHEMAS.items()]
+
+
+def is_read_only_tool(name: str) -> bool:
+    """Safe to run again after a crash, because it changes nothing."""
+    return name == "read_file"
+
+
+def _parse(name: str, arguments: Mapping[str, Any]) -> _Args:
+    model = _SCHEMAS[name][0]
+    try:
+        return model.model_validate(dict(arguments))
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
+        raise ToolArgumentError(f"invalid arguments for {name}: {problems}") from exc
+
+
+def parse_shell_arguments(arguments: Mapping[str, Any]) -> ShellArguments:
+    parsed = _parse("shell", arguments)
+    assert isinstance(parsed, ShellArguments)
+    return parsed
+
+
+async def run_file_tool(name: str, arguments: Mapping[str, Any], files: WorkspaceFiles) -> str:
+    """Run a file tool and return its output text; raises `InvalidRequestError` for tool errors."""
+    parsed = _parse(name, arguments)
+    if isinstance(parsed, _ReadFile):
+        data = await run_sync(files.read_bytes, parsed.path, max_bytes=MAX_READ_BYTES)
+        try:
+            return data.decode()
+        except UnicodeDecodeError:
+            raise InvalidRequestError(f"{parsed.path} is not UTF-8 text", param="path") from None
+    if isinstance(parsed, _WriteFile):
+        data = parsed.content.encode()
+        await run_sync(files.write_bytes, parsed.path, data)
+        return f"wrote {len(data)} bytes to /workspace/{workspace_relative(parsed.path)}"
+    assert isinstance(parsed, _ApplyPatch)
+    return await run_sync(_apply_patch, parsed.patch, files)
+
+
+def _apply_patch(patch: str, files: WorkspaceFiles) -> str:
+    changes = parse_patch(patch)
+    # Compute every new content first, so a failing hunk leaves all files untouched.
+    writes: list[tuple[str, bytes]] = []
+    deletes: list[str] = []
+    summary: list[str] = []
+    for change in changes:
+        if change.kind == "add":
+            writes.append((change.path, ("\n".join(change.content) + "\n").encode()))
+            summary.append(f"A {change.path}")
+        elif change.kind == "delete":
+            files.read_bytes(change.path, max_bytes=64 * 1024 * 1024)
+            deletes.append(change.path)
+            summary.append(f"D {change.path}")
+        else:
+            original = files.read_bytes(change.path, max_bytes=64 * 1024 * 1024).decode()
+            updated = apply_hunks(original, change.hunks, change.path) if change.hunks else original
+            target = change.move_to or change.path
+            writes.append((target, updated.encode()))
+            if change.move_to:
+                deletes.append(change.path)
+                summary.append(f"R {change.path} -> {change.move_to}")
+            else:
+                summary.append(f"M {change.path}")
+    for path, data in writes:
+        files.write_bytes(path, data)
+    for path in deletes:
+        files.delete(path)
+    return "\n".join(["applied patch:"] + summary)

@@ -1,0 +1,528 @@
+"""The agent loop: runs one turn for a claimed job until it completes, fails, is
+cancelled, or waits for the client.
+
+Each iteration: run the turn's workspace calls that have no result yet, stop if client
+calls are pending (`requires_action`), otherwise ask the model for the next step and
+record it. The step counter (`turns.step`) advances in the same transaction that records
+the step's calls, so after a crash the turn resumes at the first unrecorded step (run
+state by reference: the items are the history). A workspace call that was running when
+the process died cannot be known to have run or not; it is closed as `incomplete` and the
+model is told, except for read-only tools, which simply run again.
+
+Every write goes through the journal fenced by the job's lease token, so a worker that
+lost its lease cannot touch the turn (design invariant 1 for events; fencing per style).
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from cairn.engine.artifacts import collect_outputs, record_outputs
+from cairn.engine.events import item_event, text_part_event, turn_event
+from cairn.engine.journal import Fence, Journal, Transaction
+from cairn.engine.lifecycle import close_open_item, close_turn, set_session_status
+from cairn.engine.model_input import build_model_input, client_tool_specs
+from cairn.engine.runtime import Runtime
+from cairn.engine.tools import (
+    WORKSPACE_TOOL_NAMES,
+    is_read_only_tool,
+    parse_shell_arguments,
+    run_file_tool,
+    workspace_tool_specs,
+)
+from cairn.errors import CairnError, InvalidRequestError, LeaseLostError, ModelError
+from cairn.ids import new_item_id
+from cairn.models.base import Model, ModelRequest, ModelResponse, TextDelta, ToolCall, ToolSpec, Usage
+from cairn.sandbox.base import WORKSPACE_MOUNT, ExecRequest
+from cairn.store.items import ItemRecord, insert_item, pending_client_calls, session_items, turn_items, update_item
+from cairn.store.jobs import Job, complete_job
+from cairn.store.sessions import SessionRecord, get_session, update_session
+from cairn.store.turns import TurnRecord, claim_output_indexes, get_turn, update_turn
+
+__all__ = ["TurnRunner"]
+
+log = logging.getLogger(__name__)
+
+_FLUSH_INTERVAL_S = 0.05
+_MAX_ITEM_OUTPUT = 1024 * 1024
+_MODEL_ATTEMPTS = 3
+_INTERRUPTED = "interrupted: Cairn stopped while this call ran; it may or may not have taken effect"
+
+
+@dataclass(slots=True)
+class _TurnContext:
+    job: Job
+    session: SessionRecord
+    turn: TurnRecord
+    model: Model
+    tools: list[ToolSpec]
+    fence: Fence
+    client_tool_names: frozenset[str] = field(default_factory=frozenset)
+
+
+class _DeltaBuffer:
+    """Batches small stream deltas into one journal transaction per flush interval."""
+
+    def __init__(self) -> None:
+        self.pending: list[dict[str, Any]] = []
+        self.last_flush = time.monotonic()
+
+    def due(self) -> bool:
+        return bool(self.pending) and time.monotonic() - self.last_flush >= _FLUSH_INTERVAL_S
+
+    def take(self) -> list[dict[str, Any]]:
+        taken, self.pending = self.pending, []
+        self.last_flush = time.monotonic()
+        return taken
+
+
+class TurnRunner:
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.journal: Journal = runtime.journal
+
+    async def run(self, job: Job) -> None:
+        """Run the job's turn as far as it goes; every exit leaves the job completed or leased out."""
+        ctx = await self._begin(job)
+        if ctx is None:
+            return
+        try:
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._watch_cancel, ctx, scope)
+                    await self._loop(ctx)
+                    tg.cancel_scope.cancel()
+            if scope.cancelled_caught:
+                with anyio.CancelScope(shield=True):
+                    await self._finish(ctx, "cancelled")
+        except LeaseLostError:
+            log.warning("turn %s: lease lost, another worker owns it now", ctx.turn.id)
+        except ModelError as exc:
+            with anyio.CancelScope(shield=True):
+                await self._finish(ctx, "failed", error={"code": exc.code, "message": exc.message})
+        except Exception as exc:
+            log.exception("turn %s failed", ctx.turn.id)
+            message = exc.message if isinstance(exc, CairnError) else f"internal error: {type(exc).__name__}"
+            with anyio.CancelScope(shield=True):
+                await self._finish(ctx, "failed", error={"code": "internal_error", "message": message})
+        finally:
+            await ctx.model.aclose()
+
+    # -- starting and finishing -------------------------------------------------------
+
+    async def _begin(self, job: Job) -> _TurnContext | None:
+        assert job.turn_id is not None
+        async with self.journal.transaction(job.session_id) as tx:
+            turn = await get_turn(tx.conn, job.turn_id)
+            session = await get_session(tx.conn, job.session_id)
+            if turn is None or session is None or turn.status not in ("queued", "in_progress"):
+                await complete_job(tx.conn, job)
+                return None
+            if turn.cancel_requested:
+                await close_turn(tx, turn, "cancelled")
+                await complete_job(tx.conn, job)
+                return None
+            if turn.status == "queued":
+                turn = await self._start(tx, turn, session, job)
+            else:
+                turn = await update_turn(tx.conn, turn.id, lease_token=job.lease_token)
+                await self._recover(tx, turn)
+            session = await get_session(tx.conn, job.session_id)
+            assert session is not None
+        try:
+            model = self.rt.resolve_model(session.agent["model"])
+        except CairnError as exc:
+            async with self.journal.transaction(job.session_id) as tx:
+                await close_turn(tx, turn, "failed", error={"code": "invalid_request", "message": exc.message})
+                await complete_job(tx.conn, job)
+            return None
+        await self.rt.environments.ensure(session.id)
+        client_tools = client_tool_specs(session.agent)
+        tools = (workspace_tool_specs() if session.environment["type"] != "none" else []) + client_tools
+        return _TurnContext(
+            job=job,
+            session=session,
+            turn=turn,
+            model=model,
+            tools=tools,
+            fence=Fence(turn.id, job.lease_token),
+            client_tool_names=frozenset(t.name for t in client_tools),
+        )
+
+    async def _start(self, tx: Transaction, turn: TurnRecord, session: SessionRecord, job: Job) -> TurnRecord:
+        if session.status != "in_progress":
+            await set_session_status(tx, session.id, "in_progress")
+        turn = await update_turn(tx.conn, turn.id, status="in_progress", started_at=time.time(), lease_token=job.lease_token)
+        tx.emit(turn_event("in_progress", turn))
+        for message in turn.input:
+            item = await insert_item(
+                tx.conn,
+                ItemRecord(
+                    id=new_item_id(),
+                    session_id=turn.session_id,
+                    turn_id=turn.id,
+                    type="message",
+                    status="completed",
+                    call_id=None,
+                    tool_kind=None,
+                    output_index=None,
+                    data={"role": "user", "phase": None, "content": message["content"]},
+                    created_at=time.time(),
+                ),
+            )
+            tx.emit(item_event("added", item, None))
+        return turn
+
+    async def _recover(self, tx: Transaction, turn: TurnRecord) -> None:
+        """Close what a dead worker left open; read-only calls stay open to run again."""
+        for item in await turn_items(tx.conn, turn.id):
+            if item.status != "in_progress" or item.tool_kind == "client":
+                continue
+            if item.tool_kind == "workspace" and is_read_only_tool(str(item.data.get("name"))):
+                continue
+            closed = await close_open_item(tx, item, _INTERRUPTED)
+            if closed.type == "function_call":
+                await self._record_call_output(tx, closed, output=None, error=_INTERRUPTED)
+
+    async def _finish(self, ctx: _TurnContext, status: str, *, error: dict[str, str] | None = None) -> None:
+        try:
+            async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+                await close_turn(tx, tx.fenced_turn or ctx.turn, status, error=error)
+                await complete_job(tx.conn, ctx.job)
+        except LeaseLostError:
+            log.warning("turn %s: lease lost before it could be marked %s", ctx.turn.id, status)
+
+    async def _watch_cancel(self, ctx: _TurnContext, scope: anyio.CancelScope) -> None:
+        while True:
+            async with self.rt.db.read() as conn:
+                turn = await get_turn(conn, ctx.turn.id)
+            if turn is None or turn.cancel_requested:
+                scope.cancel()
+                return
+            await self.rt.notifier.wait_session(ctx.session.id, self.rt.settings.poll_interval_s)
+
+    # -- the loop ---------------------------------------------------------------------
+
+    async def _loop(self, ctx: _TurnContext) -> None:
+        while True:
+            async with self.rt.db.read() as conn:
+                open_calls = [
+                    i for i in await turn_items(conn, ctx.turn.id) if i.tool_kind == "workspace" and i.status == "in_progress"
+                ]
+            for item in open_calls:
+                await self._execute(ctx, item)
+            async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+                waiting = await pending_client_calls(tx.conn, ctx.turn.id)
+                if waiting:
+                    await self._wait_for_client(tx, ctx, waiting)
+                    return
+            response = await self._model_step(ctx)
+            if not response.tool_calls:
+                await self._complete(ctx)
+                return
+
+    async def _wait_for_client(self, tx: Transaction, ctx: _TurnContext, calls: list[ItemRecord]) -> None:
+        turn = await update_turn(tx.conn, ctx.turn.id, status="waiting", lease_token=None)
+        actions = [
+            {"type": "function_call", "call_id": c.call_id, "name": c.data["name"], "arguments": c.data["arguments"], "turn_id": turn.id}
+            for c in calls
+        ]
+        session = await get_session(tx.conn, ctx.session.id)
+        assert session is not None
+        await set_session_status(tx, ctx.session.id, "requires_action", extra={**session.extra, "required_actions": actions})
+        await complete_job(tx.conn, ctx.job)
+
+    async def _complete(self, ctx: _TurnContext) -> None:
+        async with self.rt.db.read() as conn:
+            session = await get_session(conn, ctx.session.id)
+        assert session is not None
+        outputs = []
+        if session.environment["type"] != "none":
+            outputs = await collect_outputs(self.rt.environments.files(session.id), self.rt.blobs, session)
+        async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+            await record_outputs(tx.conn, session, ctx.turn.id, outputs)
+            await close_turn(tx, tx.fenced_turn or ctx.turn, "completed")
+            await complete_job(tx.conn, ctx.job)
+
+    # -- one model step ---------------------------------------------------------------
+
+    async def _model_step(self, ctx: _TurnContext) -> ModelResponse:
+        for attempt in range(1, _MODEL_ATTEMPTS + 1):
+            message: ItemRecord | None = None
+            try:
+                async with self.rt.db.read() as conn:
+                    history = await session_items(conn, ctx.session.id)
+                    turn = await get_turn(conn, ctx.turn.id)
+                assert turn is not None
+                request = ModelRequest(
+                    session_id=ctx.session.id,
+                    turn_id=turn.id,
+                    turn_ordinal=turn.ordinal,
+                    step=turn.step,
+                    model=str(ctx.session.agent["model"]),
+                    instructions=ctx.session.agent.get("instructions"),
+                    input=build_model_input(history),
+                    tools=ctx.tools,
+                    text_format=(ctx.session.agent.get("text") or {}).get("format"),
+                    reasoning_effort=(ctx.session.agent.get("reasoning") or {}).get("effort"),
+                )
+                buffer = _DeltaBuffer()
+                text: list[str] = []
+                async for event in ctx.model.stream(request):
+                    if isinstance(event, TextDelta):
+                        if message is None:
+                            message = await self._open_message(ctx)
+                        text.append(event.text)
+                        assert message.output_index is not None
+                        buffer.pending.append(
+                            text_part_event("output_text.delta", message, message.output_index, delta=event.text)
+                        )
+                        if buffer.due():
+                            await self._emit(ctx, buffer.take())
+                    else:
+                        await self._emit(ctx, buffer.take())
+                        await self._record_step(ctx, message, event)
+                        return event
+                raise ModelError("the model stream ended without a response", code="server_error", retryable=True)
+            except ModelError as exc:
+                if message is not None:
+                    await self._abandon_message(ctx, message)
+                if not exc.retryable or attempt == _MODEL_ATTEMPTS:
+                    raise
+                log.warning("turn %s: model attempt %d failed (%s); retrying", ctx.turn.id, attempt, exc.message)
+                await anyio.sleep(2 ** (attempt - 1))
+        raise AssertionError("unreachable")
+
+    async def _emit(self, ctx: _TurnContext, payloads: list[dict[str, Any]]) -> None:
+        if payloads:
+            async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+                tx.emit(*payloads)
+
+    async def _new_item(self, tx: Transaction, ctx: _TurnContext, type_: str, data: dict[str, Any], **cols: Any) -> ItemRecord:
+        output_index = await claim_output_indexes(tx.conn, ctx.turn.id, 1)
+        return await insert_item(
+            tx.conn,
+            ItemRecord(
+                id=new_item_id(),
+                session_id=ctx.session.id,
+                turn_id=ctx.turn.id,
+                type=type_,
+                status=cols.pop("status", "in_progress"),
+                call_id=cols.pop("call_id", None),
+                tool_kind=cols.pop("tool_kind", None),
+                output_index=output_index,
+                data=data,
+                created_at=time.time(),
+            ),
+        )
+
+    async def _open_message(self, ctx: _TurnContext) -> ItemRecord:
+        async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+            item = await self._new_item(tx, ctx, "message", {"role": "assistant", "phase": None, "content": []})
+            assert item.output_index is not None
+            tx.emit(
+                item_event("added", item, item.output_index),
+                text_part_event("content_part.added", item, item.output_index, part={"type": "output_text", "text": ""}),
+            )
+        return item
+
+    async def _abandon_message(self, ctx: _TurnContext, message: ItemRecord) -> None:
+        async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+            closed = await update_item(tx.conn, message.id, status="incomplete", data=message.data)
+            tx.emit(item_event("done", closed, closed.output_index))
+
+    async def _record_step(self, ctx: _TurnContext, message: ItemRecord | None, response: ModelResponse) -> None:
+        """Close the step's message, record its calls and advance the step, atomically."""
+        async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+            if response.text and message is None:
+                message = await self._new_item(tx, ctx, "message", {"role": "assistant", "phase": None, "content": []})
+                assert message.output_index is not None
+                tx.emit(
+                    item_event("added", message, message.output_index),
+                    text_part_event("content_part.added", message, message.output_index, part={"type": "output_text", "text": ""}),
+                    text_part_event("output_text.delta", message, message.output_index, delta=response.text),
+                )
+            if message is not None:
+                await self._close_message(tx, message, response)
+            for call in response.tool_calls:
+                await self._record_call(tx, ctx, call)
+            turn = tx.fenced_turn
+            assert turn is not None
+            usage = _add_usage(turn.usage, response.usage)
+            ctx.turn = await update_turn(tx.conn, turn.id, step=turn.step + 1, usage=usage)
+            session = await get_session(tx.conn, ctx.session.id)
+            assert session is not None
+            await update_session(tx.conn, session.id, usage=_add_usage(session.usage, response.usage))
+
+    async def _close_message(self, tx: Transaction, message: ItemRecord, response: ModelResponse) -> None:
+        text = response.text or ""
+        part = {"type": "output_text", "text": text, "annotations": []}
+        phase = "commentary" if response.tool_calls else "final_answer"
+        closed = await update_item(
+            tx.conn, message.id, status="completed", data={"role": "assistant", "phase": phase, "content": [part]}
+        )
+        index = closed.output_index
+        assert index is not None
+        tx.emit(
+            text_part_event("output_text.done", closed, index, text=text),
+            text_part_event("content_part.done", closed, index, part=part),
+            item_event("done", closed, index),
+        )
+
+    async def _record_call(self, tx: Transaction, ctx: _TurnContext, call: ToolCall) -> None:
+        arguments = json.dumps(dict(call.arguments), ensure_ascii=False)
+        if call.name == "shell" and "shell" not in ctx.client_tool_names:
+            command = call.arguments.get("command")
+            item = await self._new_item(
+                tx,
+                ctx,
+                "command_execution",
+                {"command": command if isinstance(command, str) else arguments, "cwd": WORKSPACE_MOUNT, "output": "",
+                 "exit_code": None, "duration_ms": None, "arguments": arguments},
+                call_id=call.call_id,
+                tool_kind="workspace",
+            )
+            tx.emit(item_event("added", item, item.output_index))
+            return
+        kind = "client" if call.name in ctx.client_tool_names else "workspace"
+        item = await self._new_item(
+            tx,
+            ctx,
+            "function_call",
+            {"call_id": call.call_id, "name": call.name, "arguments": arguments},
+            call_id=call.call_id,
+            tool_kind=kind,
+        )
+        tx.emit(item_event("added", item, item.output_index))
+        if kind == "client":
+            tx.emit(item_event("done", item, item.output_index))
+
+    # -- workspace calls --------------------------------------------------------------
+
+    async def _execute(self, ctx: _TurnContext, item: ItemRecord) -> None:
+        arguments = _decode_arguments(item.data.get("arguments"))
+        if item.type == "command_execution":
+            await self._run_shell(ctx, item, arguments)
+            return
+        name = str(item.data["name"])
+        output: str | None = None
+        error: str | None = None
+        if name not in WORKSPACE_TOOL_NAMES:
+            error = f"unknown tool {name!r}; available tools: {', '.join(t.name for t in ctx.tools)}"
+        else:
+            try:
+                output = await run_file_tool(name, arguments, self.rt.environments.files(ctx.session.id))
+            except InvalidRequestError as exc:
+                error = exc.message
+        async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+            done = await update_item(tx.conn, item.id, status="completed" if error is None else "failed", data=item.data)
+            tx.emit(item_event("done", done, done.output_index))
+            await self._record_call_output(tx, done, output=output, error=error)
+
+    async def _record_call_output(self, tx: Transaction, call: ItemRecord, *, output: str | None, error: str | None) -> None:
+        data: dict[str, Any] = {"call_id": call.call_id}
+        if error is None:
+            data["output"] = output
+        else:
+            data["error"] = error
+        item = await insert_item(
+            tx.conn,
+            ItemRecord(
+                id=new_item_id(),
+                session_id=call.session_id,
+                turn_id=call.turn_id,
+                type="function_call_output",
+                status="completed" if error is None else "failed",
+                call_id=call.call_id,
+                tool_kind=call.tool_kind,
+                output_index=None,
+                data=data,
+                created_at=time.time(),
+            ),
+        )
+        tx.emit(item_event("added", item, None))
+
+    async def _run_shell(self, ctx: _TurnContext, item: ItemRecord, arguments: Mapping[str, Any]) -> None:
+        data = dict(item.data)
+        try:
+            args = parse_shell_arguments(arguments)
+        except InvalidRequestError as exc:
+            data.update(output=exc.message, exit_code=None, duration_ms=0)
+            await self._close_command(ctx, item, data, "failed")
+            return
+        workspace = await self.rt.environments.ensure(ctx.session.id)
+        env = ctx.session.extra.get("env") or {}
+        network = (ctx.session.environment.get("network") or {}).get("access") == "enabled"
+        timeout_s = args.timeout_ms / 1000 if args.timeout_ms else self.rt.settings.command_timeout_s
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        buffer = _DeltaBuffer()
+        collected: list[str] = []
+        size = 0
+
+        async def on_output(chunk: bytes) -> None:
+            nonlocal size
+            text = decoder.decode(chunk)
+            if not text:
+                return
+            if size < _MAX_ITEM_OUTPUT:
+                collected.append(text[: _MAX_ITEM_OUTPUT - size])
+            size += len(text)
+            buffer.pending.append(
+                {"type": "agent.output.command_execution_output.delta", "session_id": ctx.session.id,
+                 "turn_id": ctx.turn.id, "item_id": item.id, "output_index": item.output_index, "delta": text}
+            )
+            if buffer.due():
+                await self._emit(ctx, buffer.take())
+
+        request = ExecRequest(command=args.command, workspace=workspace, timeout_s=timeout_s, env=env, network=network)
+        try:
+            result = await self.rt.sandbox.exec(request, on_output)
+        except CairnError as exc:
+            await self._emit(ctx, buffer.take())
+            data.update(output="".join(collected) + f"\n[sandbox error: {exc.message}]", exit_code=None, duration_ms=0)
+            await self._close_command(ctx, item, data, "failed")
+            return
+        tail = decoder.decode(b"", final=True)
+        if tail:
+            collected.append(tail)
+        await self._emit(ctx, buffer.take())
+        output = "".join(collected)
+        if size > _MAX_ITEM_OUTPUT:
+            output += f"\n[output truncated: {size} characters in all]"
+        if result.timed_out:
+            output += f"\n[timed out after {timeout_s:g} s]"
+        data.update(output=output, exit_code=result.exit_code, duration_ms=int(result.duration_s * 1000))
+        await self._close_command(ctx, item, data, "completed" if result.exit_code == 0 else "failed")
+
+    async def _close_command(self, ctx: _TurnContext, item: ItemRecord, data: dict[str, Any], status: str) -> None:
+        async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+            done = await update_item(tx.conn, item.id, status=status, data=data)
+            tx.emit(item_event("done", done, done.output_index))
+
+
+def _decode_arguments(raw: Any) -> Mapping[str, Any]:
+    if isinstance(raw, Mapping):
+        return raw
+    try:
+        decoded = json.loads(raw) if isinstance(raw, str) else None
+    except json.JSONDecodeError:
+        decoded = None
+    return decoded if isinstance(decoded, dict) else {}
+
+
+def _add_usage(total: Mapping[str, Any] | None, step: Usage) -> dict[str, int]:
+    base = dict(total or {})
+    return {
+        "input_tokens": int(base.get("input_tokens", 0)) + step.input_tokens,
+        "output_tokens": int(base.get("output_tokens", 0)) + step.output_tokens,
+        "cached_tokens": int(base.get("cached_tokens", 0)) + step.cached_tokens,
+        "reasoning_tokens": int(base.get("reasoning_tokens", 0)) + step.reasoning_tokens,
+    }

@@ -1,0 +1,67 @@
+"""Renders stored records as the wire objects of spec §3 (AgentSession, Turn).
+
+Both HTTP responses and event payloads use these functions, so a session looks the same
+whether it is fetched or streamed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cairn.store.sessions import SessionRecord
+from cairn.store.turns import TurnRecord
+
+__all__ = ["render_session", "render_turn", "render_usage"]
+
+
+def render_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    input_tokens = int(usage.get("input_tokens", 0))
+    output_tokens = int(usage.get("output_tokens", 0))
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": int(usage.get("cached_tokens", 0))},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": int(usage.get("reasoning_tokens", 0))},
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def render_session(session: SessionRecord) -> dict[str, Any]:
+    wire: dict[str, Any] = {
+        "id": session.id,
+        "object": "agent.session",
+        "agent": session.agent,
+        "created_at": int(session.created_at),
+        "last_active_at": int(session.last_active_at),
+        "environment": session.environment,
+        "error": session.error,
+        "metadata": session.metadata,
+        "required_actions": session.extra.get("required_actions", []),
+        "status": session.status,
+        "usage": render_usage(session.usage),
+        "vault_ids": session.extra.get("vault_ids", []),
+    }
+    for optional in ("prompt_cache_options", "review", "spend_control"):
+        if session.extra.get(optional) is not None:
+            wire[optional] = session.extra[optional]
+    return wire
+
+
+def render_turn(turn: TurnRecord, *, agent_id: str) -> dict[str, Any]:
+    wire: dict[str, Any] = {
+        "id": turn.id,
+        "object": "agent.session.turn",
+        "agent_id": agent_id,
+        "session_id": turn.session_id,
+        "created_at": int(turn.created_at),
+        "started_at": int(turn.started_at) if turn.started_at is not None else None,
+        "completed_at": int(turn.completed_at) if turn.completed_at is not None else None,
+        "status": turn.status,
+        "subagent_id": None,
+        "usage": render_usage(turn.usage),
+    }
+    if turn.error is not None:
+        wire["error"] = turn.error
+    return wire

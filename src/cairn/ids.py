@@ -1,0 +1,54 @@
+"""Identifiers: typed, prefixed, random; the prefix tells a reader what an id names."""
+
+from __future__ import annotations
+
+import secrets
+from typing import NewType
+
+__all__ = [
+    "ArtifactId",
+    "EnvironmentId",
+    "ItemId",
+    "SessionId",
+    "TurnId",
+    "new_artifact_id",
+    "new_call_id",
+    "new_environment_id",
+    "new_item_id",
+    "new_session_id",
+    "new_turn_id",
+]
+
+SessionId = NewType("SessionId", str)
+TurnId = NewType("TurnId", str)
+ItemId = NewType("ItemId", str)
+ArtifactId = NewType("ArtifactId", str)
+EnvironmentId = NewType("EnvironmentId", str)
+
+
+def _token() -> str:
+    return secrets.token_hex(12)
+
+
+def new_session_id() -> SessionId:
+    return SessionId(f"sess_{_token()}")
+
+
+def new_turn_id() -> TurnId:
+    return TurnId(f"turn_{_token()}")
+
+
+def new_item_id() -> ItemId:
+    return ItemId(f"item_{_token()}")
+
+
+def new_artifact_id() -> ArtifactId:
+    return ArtifactId(f"art_{_token()}")
+
+
+def new_environment_id() -> EnvironmentId:
+    return EnvironmentId(f"env_{_token()}")
+
+
+def new_call_id() -> str:
+    return f"call_{_token()}"

@@ -1,0 +1,119 @@
+"""Item rows: the session's conversation, in append order.
+
+`data` holds the wire item (spec §3.7) without `id`, `type`, `status` and `turn_id`,
+which have their own columns; `store_item`/`item_wire` are the only translations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from cairn.errors import InvalidRequestError
+from cairn.store.pages import Order, Page, fetch_page
+from cairn.store.tables import items
+
+__all__ = [
+    "ItemRecord",
+    "get_item",
+    "insert_item",
+    "list_items",
+    "pending_client_calls",
+    "session_items",
+    "turn_items",
+    "update_item",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRecord:
+    id: str
+    session_id: str
+    turn_id: str
+    type: str
+    status: str | None
+    call_id: str | None
+    tool_kind: str | None
+    output_index: int | None
+    data: dict[str, Any]
+    created_at: float
+    position: int = 0
+
+    def wire(self) -> dict[str, Any]:
+        """The item as the API shows it."""
+        wire: dict[str, Any] = {"id": self.id, "type": self.type, "turn_id": self.turn_id}
+        if self.status is not None:
+            wire["status"] = self.status
+        wire.update(self.data)
+        return wire
+
+
+def _record(row: sa.Row[Any]) -> ItemRecord:
+    return ItemRecord(**row._asdict())
+
+
+async def insert_item(conn: AsyncConnection, record: ItemRecord) -> ItemRecord:
+    values = {f: getattr(record, f) for f in ItemRecord.__slots__ if f != "position"}
+    position = (await conn.execute(sa.insert(items).values(**values).returning(items.c.position))).scalar_one()
+    return ItemRecord(**{**values, "position": int(position)})
+
+
+async def update_item(conn: AsyncConnection, item_id: str, *, status: str | None, data: dict[str, Any]) -> ItemRecord:
+    stmt = sa.update(items).where(items.c.id == item_id).values(status=status, data=data).returning(items)
+    return _record((await conn.execute(stmt)).one())
+
+
+async def get_item(conn: AsyncConnection, item_id: str) -> ItemRecord | None:
+    row = (await conn.execute(sa.select(items).where(items.c.id == item_id))).first()
+    return _record(row) if row is not None else None
+
+
+async def list_items(
+    conn: AsyncConnection,
+    session_id: str,
+    *,
+    turn_id: str | None = None,
+    after: str | None,
+    order: Order,
+    limit: int,
+) -> Page[ItemRecord]:
+    stmt = sa.select(items).where(items.c.session_id == session_id)
+    if turn_id is not None:
+        stmt = stmt.where(items.c.turn_id == turn_id)
+    after_key = None
+    if after is not None:
+        anchor = await get_item(conn, after)
+        if anchor is None or anchor.session_id != session_id:
+            raise InvalidRequestError(f"unknown item id in `after`: {after}", param="after")
+        after_key = (anchor.position,)
+    page = await fetch_page(conn, stmt, (items.c.position,), after=after_key, order=order, limit=limit)
+    return Page([_record(r) for r in page.data], page.has_more)
+
+
+async def turn_items(conn: AsyncConnection, turn_id: str) -> list[ItemRecord]:
+    stmt = sa.select(items).where(items.c.turn_id == turn_id).order_by(items.c.position)
+    return [_record(r) for r in (await conn.execute(stmt)).all()]
+
+
+async def session_items(conn: AsyncConnection, session_id: str) -> list[ItemRecord]:
+    stmt = sa.select(items).where(items.c.session_id == session_id).order_by(items.c.position)
+    return [_record(r) for r in (await conn.execute(stmt)).all()]
+
+
+async def pending_client_calls(conn: AsyncConnection, turn_id: str) -> list[ItemRecord]:
+    """Client function calls of the turn that have no `function_call_output` yet."""
+    answered = sa.select(items.c.call_id).where(items.c.turn_id == turn_id, items.c.type == "function_call_output")
+    stmt = (
+        sa.select(items)
+        .where(
+            items.c.turn_id == turn_id,
+            items.c.type == "function_call",
+            items.c.tool_kind == "client",
+            items.c.call_id.not_in(answered),
+        )
+        .order_by(items.c.position)
+    )
+    return [_record(r) for r in (await conn.execute(stmt)).all()]

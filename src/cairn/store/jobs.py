@@ -1,0 +1,133 @@
+"""The job queue: a table with leases, claimed at-least-once by any worker process.
+
+A claim is a compare-and-set: candidates are selected (with `FOR UPDATE SKIP LOCKED` on
+PostgreSQL; SQLite's `BEGIN IMMEDIATE` already serializes writers), then updated with a
+WHERE clause that re-states the claimable condition, and only returned rows count. Every
+claim gets a fresh `lease_token`; renewals and completions name it, so a worker whose
+lease was taken over can no longer touch the job (fencing). Lease times come from the
+database clock.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from cairn.store.db import Database
+from cairn.store.tables import jobs
+
+__all__ = [
+    "Job",
+    "claim_job",
+    "complete_job",
+    "enqueue_job",
+    "release_job",
+    "renew_lease",
+]
+
+# Token = job id << 20 | attempt: unique across all claims of all jobs, so a turn fenced
+# by one job's token can never be written by a stale claim of another job.
+_TOKEN_SHIFT = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: int
+    kind: str
+    session_id: str
+    turn_id: str | None
+    attempts: int
+    lease_token: int
+
+
+async def enqueue_job(conn: AsyncConnection, *, kind: str, session_id: str, turn_id: str | None) -> bool:
+    """Queue a job unless the same work is already queued or running; True if queued."""
+    duplicate = sa.select(jobs.c.id).where(
+        jobs.c.kind == kind,
+        jobs.c.session_id == session_id,
+        jobs.c.turn_id == turn_id if turn_id is not None else jobs.c.turn_id.is_(None),
+        jobs.c.status.in_(("queued", "running")),
+    )
+    if (await conn.execute(duplicate.limit(1))).first() is not None:
+        return False
+    await conn.execute(
+        sa.insert(jobs).values(kind=kind, session_id=session_id, turn_id=turn_id, status="queued", created_at=time.time())
+    )
+    return True
+
+
+def _claimable(db: Database) -> sa.ColumnElement[bool]:
+    now = db.now()
+    busy = jobs.alias("busy")
+    # One running job per session: turns of a session never run concurrently.
+    session_busy = (
+        sa.select(busy.c.id)
+        .where(
+            busy.c.session_id == jobs.c.session_id,
+            busy.c.id != jobs.c.id,
+            busy.c.status == "running",
+            busy.c.lease_expires_at >= now,
+        )
+        .exists()
+    )
+    expired = sa.and_(jobs.c.status == "running", jobs.c.lease_expires_at < now)
+    return sa.and_(sa.or_(jobs.c.status == "queued", expired), ~session_busy)
+
+
+async def claim_job(db: Database, *, owner: str, lease_s: float) -> Job | None:
+    """Claim the oldest claimable job, or return None."""
+    async with db.write() as conn:
+        candidate = sa.select(jobs.c.id).where(_claimable(db)).order_by(jobs.c.id).limit(1)
+        if not db.is_sqlite:
+            candidate = candidate.with_for_update(skip_locked=True, of=jobs)
+        job_id = (await conn.execute(candidate)).scalar_one_or_none()
+        if job_id is None:
+            return None
+        stmt = (
+            sa.update(jobs)
+            .where(jobs.c.id == job_id, _claimable(db))
+            .values(
+                status="running",
+                attempts=jobs.c.attempts + 1,
+                lease_token=sa.bindparam("token_base", job_id << _TOKEN_SHIFT) + jobs.c.attempts + 1,
+                lease_owner=owner,
+                lease_expires_at=db.now() + lease_s,
+            )
+            .returning(jobs.c.id, jobs.c.kind, jobs.c.session_id, jobs.c.turn_id, jobs.c.attempts, jobs.c.lease_token)
+        )
+        row = (await conn.execute(stmt)).first()
+        return Job(**row._asdict()) if row is not None else None
+
+
+async def renew_lease(db: Database, job: Job, *, lease_s: float) -> bool:
+    """Extend the lease; False means it was lost and the worker must stop the job."""
+    async with db.write() as conn:
+        stmt = (
+            sa.update(jobs)
+            .where(jobs.c.id == job.id, jobs.c.lease_token == job.lease_token, jobs.c.status == "running")
+            .values(lease_expires_at=db.now() + lease_s)
+        )
+        return (await conn.execute(stmt)).rowcount == 1
+
+
+async def complete_job(conn: AsyncConnection, job: Job, *, error: str | None = None) -> bool:
+    """Mark the job done (or failed) in the caller's transaction; False if the lease was lost."""
+    stmt = (
+        sa.update(jobs)
+        .where(jobs.c.id == job.id, jobs.c.lease_token == job.lease_token, jobs.c.status == "running")
+        .values(status="failed" if error else "done", last_error=error, lease_expires_at=None)
+    )
+    return (await conn.execute(stmt)).rowcount == 1
+
+
+async def release_job(db: Database, job: Job) -> None:
+    """Hand an unfinished job back at once (graceful shutdown) instead of waiting for expiry."""
+    async with db.write() as conn:
+        await conn.execute(
+            sa.update(jobs)
+            .where(jobs.c.id == job.id, jobs.c.lease_token == job.lease_token, jobs.c.status == "running")
+            .values(status="queued", lease_owner=None, lease_expires_at=None)
+        )

@@ -1,0 +1,161 @@
+"""The schema: one SQLAlchemy MetaData shared by SQLite and PostgreSQL.
+
+Alembic's head must equal this module (tests/migration checks it). Times are float
+seconds since the epoch, taken from the database clock where they guard leases.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+__all__ = [
+    "api_keys",
+    "artifacts",
+    "events",
+    "idempotency_keys",
+    "items",
+    "jobs",
+    "metadata",
+    "sessions",
+    "turns",
+]
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+    }
+)
+
+api_keys = sa.Table(
+    "api_keys",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("tenant", sa.String(128), nullable=False),
+    sa.Column("role", sa.String(32), nullable=False),
+    sa.Column("key_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("revoked_at", sa.Float, nullable=True),
+)
+
+sessions = sa.Table(
+    "sessions",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("tenant", sa.String(128), nullable=False),
+    sa.Column("status", sa.String(32), nullable=False),
+    sa.Column("agent", sa.JSON, nullable=False),
+    sa.Column("environment", sa.JSON, nullable=False),
+    sa.Column("environment_id", sa.String(64), nullable=False),
+    sa.Column("metadata", sa.JSON, nullable=False),
+    sa.Column("extra", sa.JSON, nullable=False),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("usage", sa.JSON, nullable=True),
+    sa.Column("last_event_seq", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("next_turn_ordinal", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("outputs_manifest", sa.JSON, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("last_active_at", sa.Float, nullable=False),
+    # Lists order by (created_at, id): ids are random, so they cannot order alone.
+    sa.Index("ix_sessions_tenant_created", "tenant", "created_at", "id"),
+)
+
+turns = sa.Table(
+    "turns",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("session_id", sa.String(64), sa.ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("ordinal", sa.Integer, nullable=False),
+    sa.Column("status", sa.String(32), nullable=False),
+    sa.Column("input", sa.JSON, nullable=False),
+    # Run state: how many model steps are durably recorded, and the next output index.
+    sa.Column("step", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("next_output_index", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("cancel_requested", sa.Boolean, nullable=False, server_default=sa.false()),
+    # Fencing token of the job lease currently allowed to write for this turn.
+    sa.Column("lease_token", sa.BigInteger, nullable=True),
+    sa.Column("error", sa.JSON, nullable=True),
+    sa.Column("usage", sa.JSON, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("started_at", sa.Float, nullable=True),
+    sa.Column("completed_at", sa.Float, nullable=True),
+    sa.UniqueConstraint("session_id", "ordinal"),
+)
+
+items = sa.Table(
+    "items",
+    metadata,
+    sa.Column("position", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("id", sa.String(64), nullable=False, unique=True),
+    sa.Column("session_id", sa.String(64), sa.ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("turn_id", sa.String(64), nullable=False),
+    sa.Column("type", sa.String(64), nullable=False),
+    sa.Column("status", sa.String(32), nullable=True),
+    sa.Column("call_id", sa.String(128), nullable=True),
+    # Who runs a call: "workspace" (Cairn) or "client" (requires_action).
+    sa.Column("tool_kind", sa.String(16), nullable=True),
+    sa.Column("output_index", sa.Integer, nullable=True),
+    sa.Column("data", sa.JSON, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Index("ix_items_session_position", "session_id", "position"),
+    sa.Index("ix_items_turn_call", "turn_id", "call_id"),
+)
+
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("session_id", sa.String(64), sa.ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("type", sa.String(96), nullable=False),
+    sa.Column("turn_id", sa.String(64), nullable=True),
+    # The event exactly as sent, serialized once when appended.
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+artifacts = sa.Table(
+    "artifacts",
+    metadata,
+    sa.Column("position", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("id", sa.String(64), nullable=False, unique=True),
+    sa.Column("session_id", sa.String(64), sa.ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("tenant", sa.String(128), nullable=False),
+    sa.Column("turn_id", sa.String(64), nullable=False),
+    sa.Column("environment_id", sa.String(64), nullable=False),
+    sa.Column("path", sa.Text, nullable=False),
+    sa.Column("size_bytes", sa.BigInteger, nullable=False),
+    sa.Column("sha256", sa.String(64), nullable=False, index=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("turn_id", "path"),
+    sa.Index("ix_artifacts_session_position", "session_id", "position"),
+)
+
+idempotency_keys = sa.Table(
+    "idempotency_keys",
+    metadata,
+    sa.Column("session_id", sa.String(64), sa.ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("request_digest", sa.String(64), nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+)
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("session_id", sa.String(64), nullable=False),
+    sa.Column("turn_id", sa.String(64), nullable=True),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    # Monotonic per claim: every write under a lease names it (fencing).
+    sa.Column("lease_token", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("lease_owner", sa.String(128), nullable=True),
+    sa.Column("lease_expires_at", sa.Float, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Index("ix_jobs_status_id", "status", "id"),
+)

@@ -1,0 +1,128 @@
+"""Turn rows: the turn's lifecycle status and its run state (step, output index).
+
+Writes made by a worker for a running turn are fenced: `fence_turn` checks that the
+job lease that claimed the turn is still the current one (style: storage, fencing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from cairn.errors import InvalidRequestError, LeaseLostError
+from cairn.store.pages import Order, Page, fetch_page
+from cairn.store.tables import turns
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "TurnRecord",
+    "claim_output_indexes",
+    "fence_turn",
+    "get_turn",
+    "insert_turn",
+    "list_turns",
+    "next_queued_turn",
+    "active_turn",
+    "update_turn",
+]
+
+# A session has at most one turn in one of these at a time.
+ACTIVE_STATUSES = ("in_progress", "waiting")
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    id: str
+    session_id: str
+    ordinal: int
+    status: str
+    input: list[dict[str, Any]]
+    step: int
+    next_output_index: int
+    cancel_requested: bool
+    lease_token: int | None
+    error: dict[str, Any] | None
+    usage: dict[str, Any] | None
+    created_at: float
+    started_at: float | None
+    completed_at: float | None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in ("completed", "failed", "cancelled")
+
+
+def _record(row: sa.Row[Any]) -> TurnRecord:
+    return TurnRecord(**row._asdict())
+
+
+async def insert_turn(conn: AsyncConnection, record: TurnRecord) -> None:
+    await conn.execute(sa.insert(turns).values(**{f: getattr(record, f) for f in TurnRecord.__slots__}))
+
+
+async def get_turn(conn: AsyncConnection, turn_id: str, *, session_id: str | None = None) -> TurnRecord | None:
+    stmt = sa.select(turns).where(turns.c.id == turn_id)
+    if session_id is not None:
+        stmt = stmt.where(turns.c.session_id == session_id)
+    row = (await conn.execute(stmt)).first()
+    return _record(row) if row is not None else None
+
+
+async def active_turn(conn: AsyncConnection, session_id: str) -> TurnRecord | None:
+    """The turn that is running or waiting for the client, if any."""
+    stmt = sa.select(turns).where(turns.c.session_id == session_id, turns.c.status.in_(ACTIVE_STATUSES))
+    row = (await conn.execute(stmt.order_by(turns.c.ordinal).limit(1))).first()
+    return _record(row) if row is not None else None
+
+
+async def next_queued_turn(conn: AsyncConnection, session_id: str) -> TurnRecord | None:
+    stmt = sa.select(turns).where(turns.c.session_id == session_id, turns.c.status == "queued")
+    row = (await conn.execute(stmt.order_by(turns.c.ordinal).limit(1))).first()
+    return _record(row) if row is not None else None
+
+
+async def list_turns(
+    conn: AsyncConnection, session_id: str, *, after: str | None, order: Order, limit: int
+) -> Page[TurnRecord]:
+    after_key = None
+    if after is not None:
+        anchor = await get_turn(conn, after, session_id=session_id)
+        if anchor is None:
+            raise InvalidRequestError(f"unknown turn id in `after`: {after}", param="after")
+        after_key = (anchor.ordinal,)
+    stmt = sa.select(turns).where(turns.c.session_id == session_id)
+    page = await fetch_page(conn, stmt, (turns.c.ordinal,), after=after_key, order=order, limit=limit)
+    return Page([_record(r) for r in page.data], page.has_more)
+
+
+async def update_turn(conn: AsyncConnection, turn_id: str, **values: Any) -> TurnRecord:
+    stmt = sa.update(turns).where(turns.c.id == turn_id).values(**values).returning(turns)
+    return _record((await conn.execute(stmt)).one())
+
+
+async def fence_turn(conn: AsyncConnection, turn_id: str, lease_token: int) -> TurnRecord:
+    """Lock the turn for this transaction if `lease_token` still owns it, else raise."""
+    stmt = (
+        sa.update(turns)
+        .where(turns.c.id == turn_id, turns.c.lease_token == lease_token)
+        .values(lease_token=lease_token)
+        .returning(turns)
+    )
+    row = (await conn.execute(stmt)).first()
+    if row is None:
+        raise LeaseLostError(f"turn {turn_id} is no longer owned by lease {lease_token}")
+    return _record(row)
+
+
+async def claim_output_indexes(conn: AsyncConnection, turn_id: str, count: int) -> int:
+    """Reserve `count` consecutive output indexes of the turn; returns the first."""
+    stmt = (
+        sa.update(turns)
+        .where(turns.c.id == turn_id)
+        .values(next_output_index=turns.c.next_output_index + count)
+        .returning(turns.c.next_output_index)
+    )
+    return int((await conn.execute(stmt)).scalar_one()) - count
