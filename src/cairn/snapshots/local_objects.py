@@ -1,0 +1,158 @@
+"""`ObjectStore` on a local directory: the default snapshot backend of a one-machine deployment.
+
+Each key is a file under `root`; a writer fills a hidden temporary sibling, fsyncs it, renames
+it into place and fsyncs the directory, so a `kill -9` or a power cut leaves either the old
+state or the whole new object (design invariant 7). Temporary files are never listed, and
+`sweep_abandoned` removes those a killed writer left behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO, NoReturn
+
+from cairn.snapshots._fsutil import TEMP_MARKER, fsync_dir, make_dirs_durable, temp_name_for
+from cairn.snapshots.errors import ObjectMissingError, SnapshotStoreUnavailableError
+from cairn.snapshots.objects import ObjectInfo, ObjectReader, ObjectStore, ObjectWriter
+
+__all__ = ["LocalObjectStore"]
+
+
+def _raise_unavailable(action: str, key: str, error: OSError) -> NoReturn:
+    retryable = error.errno not in {errno.EACCES, errno.EPERM, errno.EROFS}
+    raise SnapshotStoreUnavailableError(
+        f"snapshot store: cannot {action} {key!r}: {error.strerror or error}",
+        retryable=retryable,
+        context={"key": key},
+    ) from error
+
+
+class _LocalWriter(ObjectWriter):
+    def __init__(self, path: Path, key: str) -> None:
+        super().__init__()
+        self._path = path
+        self._key = key
+        self._temp = temp_name_for(path)
+        try:
+            make_dirs_durable(path.parent)
+            self._handle: BinaryIO = open(self._temp, "xb")
+        except OSError as error:
+            _raise_unavailable("create", key, error)
+
+    def _write(self, data: bytes | memoryview) -> None:
+        try:
+            self._handle.write(data)
+        except OSError as error:
+            self._abort()
+            _raise_unavailable("write", self._key, error)
+
+    def _commit(self) -> None:
+        try:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            self._handle.close()
+            os.replace(self._temp, self._path)
+            fsync_dir(self._path.parent)
+        except OSError as error:
+            self._abort()
+            _raise_unavailable("commit", self._key, error)
+
+    def _abort(self) -> None:
+        self._handle.close()
+        self._temp.unlink(missing_ok=True)
+
+
+class _RangeReader:
+    """Reads at most `remaining` bytes of an open file; `remaining < 0` means to the end."""
+
+    def __init__(self, handle: BinaryIO, remaining: int) -> None:
+        self._handle = handle
+        self._remaining = remaining
+
+    def read(self, size: int = -1, /) -> bytes:
+        if self._remaining < 0:
+            return self._handle.read(size)
+        if size < 0 or size > self._remaining:
+            size = self._remaining
+        data = self._handle.read(size)
+        self._remaining -= len(data)
+        return data
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+class LocalObjectStore(ObjectStore):
+    name = "local"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _path(self, key: str) -> Path:
+        return self.root.joinpath(*key.split("/"))
+
+    def open_writer(self, key: str) -> ObjectWriter:
+        return _LocalWriter(self._path(key), key)
+
+    def open_reader(self, key: str, offset: int = 0, length: int | None = None) -> ObjectReader:
+        try:
+            handle = open(self._path(key), "rb")
+        except FileNotFoundError as error:
+            raise ObjectMissingError(
+                f"snapshot store: object {key!r} is missing", context={"key": key}
+            ) from error
+        except OSError as error:
+            _raise_unavailable("open", key, error)
+        try:
+            handle.seek(offset)
+        except OSError as error:
+            handle.close()
+            _raise_unavailable("seek in", key, error)
+        return _RangeReader(handle, -1 if length is None else length)
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        directory = self._path(prefix.rstrip("/"))
+        try:
+            entries = list(os.scandir(directory))
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            _raise_unavailable("list", prefix, error)
+        for entry in sorted(entries, key=lambda item: item.name):
+            if TEMP_MARKER in entry.name:
+                continue
+            key = f"{prefix}{entry.name}"
+            if entry.is_dir(follow_symlinks=False):
+                yield from self.list(f"{key}/")
+            else:
+                try:
+                    stat = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # deleted by a concurrent garbage collection
+                yield ObjectInfo(key=key, size=stat.st_size, modified_at=stat.st_mtime)
+
+    def delete(self, key: str) -> None:
+        try:
+            self._path(key).unlink(missing_ok=True)
+        except OSError as error:
+            _raise_unavailable("delete", key, error)
+
+    def sweep_abandoned(self, older_than_s: float) -> int:
+        cutoff = time.time() - older_than_s
+        removed = 0
+        for directory, _subdirs, files in os.walk(self.root):
+            for name in files:
+                if TEMP_MARKER not in name:
+                    continue
+                path = Path(directory, name)
+                try:
+                    if path.stat().st_mtime < cutoff:
+                        path.unlink()
+                        removed += 1
+                except FileNotFoundError:
+                    continue  # another sweeper got there first
+        return removed
