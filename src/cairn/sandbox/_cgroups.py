@@ -152,6 +152,11 @@ class CommandCgroup:
             time.sleep(_KILL_PAUSE_S)
         return killed
 
+    def dispose(self) -> None:
+        """Kill any member left (e.g. when the command never started properly), then remove."""
+        self.kill()
+        self.remove()
+
     def remove(self) -> None:
         """Remove the leaves, waiting briefly for killed members to finish exiting.
 

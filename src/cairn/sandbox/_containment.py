@@ -91,14 +91,12 @@ class Containment:
             options = self._rlimit_plan(limits).options
             if options:
                 prefix += [self._prlimit, *options, "--"]
-        contained = CommandContainment(prefix=tuple(prefix), cgroup=cgroup)
         try:
-            yield contained
+            yield CommandContainment(prefix=tuple(prefix), cgroup=cgroup)
         finally:
-            with anyio.CancelScope(shield=True):
-                if cgroup is not None:
-                    await contained.reap_leftovers()
-                    await run_sync(cgroup.remove)
+            if cgroup is not None:
+                with anyio.CancelScope(shield=True):
+                    await run_sync(cgroup.dispose)
 
     def _rlimit_plan(self, limits: ResourceLimits) -> RlimitPlan:
         return plan_rlimits(

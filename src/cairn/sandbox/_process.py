@@ -53,8 +53,7 @@ async def run_supervised(
     """Run `launch` to completion and return how it ended; see the module docstring."""
     started = time.monotonic()
     process = await _spawn(launch)
-    killed = False
-    timed_out = False
+    killed = timed_out = reaped = False
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_pump, process, on_output)
@@ -66,13 +65,15 @@ async def run_supervised(
             # Reaping here (not only in `finally`) closes pipes held by background
             # processes, so the pump sees end-of-file and the task group can finish.
             await _reap(process, reap_leftovers)
+            reaped = True
     finally:
         with anyio.CancelScope(shield=True):
             if process.returncode is None:
                 killed = True
                 process.kill()
             await process.wait()
-            await _reap(process, reap_leftovers)
+            if not reaped:
+                await _reap(process, reap_leftovers)
             await process.aclose()
     return _result(process.returncode, killed=killed, timed_out=timed_out, started=started)
 

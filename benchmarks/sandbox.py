@@ -1,0 +1,141 @@
+"""Sandbox overhead: the bwrap backend against a direct subprocess, in the same run.
+
+Not part of the test run. Prints two figures (issue 3 targets in brackets):
+- per-command overhead: median wall time of `true` run N times (default 200) through
+  `BwrapBackend.exec` minus the median of the same command as a direct anyio subprocess,
+  interleaved so background load hits both alike [<= 20 ms];
+- throughput of `tar -cf - .` over a 100 MB workspace (90 x 1 MiB + 10240 x 1 KiB files),
+  streamed out through `on_output` inside the sandbox vs. read from a direct subprocess
+  [inside within 10% of outside].
+
+Usage: .venv/bin/python benchmarks/sandbox.py [--runs 200] [--tar-runs 7]
+Run as root it measures the full production path (dedicated host uid, cgroups, rlimits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+
+from cairn.sandbox import ExecRequest, SandboxBackend, select_backend
+
+MIB = 1024 * 1024
+
+
+async def direct(command: str, cwd: Path, on_output: Callable[[bytes], Awaitable[None]]) -> None:
+    process = await anyio.open_process(
+        ["/bin/sh", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd
+    )
+    async with process:
+        assert process.stdout is not None
+        async for chunk in process.stdout:
+            await on_output(chunk)
+        await process.wait()
+
+
+async def sandboxed(
+    backend: SandboxBackend, command: str, workspace: Path,
+    on_output: Callable[[bytes], Awaitable[None]],
+) -> None:
+    result = await backend.exec(
+        ExecRequest(command=command, workspace=workspace, timeout_s=300), on_output
+    )
+    if result.exit_code != 0:
+        raise SystemExit(f"sandboxed {command!r} failed: {result}")
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.total = 0
+
+    async def __call__(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+
+
+def make_big_workspace(path: Path) -> int:
+    block = os.urandom(MIB)
+    for index in range(90):
+        (path / f"big-{index:02d}.bin").write_bytes(block)
+    small = path / "small"
+    small.mkdir()
+    for index in range(10240):
+        (small / f"{index:05d}.txt").write_bytes(block[index % 1000 : index % 1000 + 1024])
+    return 90 * MIB + 10240 * 1024
+
+
+async def bench_overhead(backend: SandboxBackend, workspace: Path, runs: int) -> None:
+    sink = Counter()
+    timings: dict[str, list[float]] = {"direct": [], "bwrap": []}
+    for _ in range(runs):
+        started = time.perf_counter()
+        await direct("true", workspace, sink)
+        timings["direct"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        await sandboxed(backend, "true", workspace, sink)
+        timings["bwrap"].append(time.perf_counter() - started)
+    medians = {name: statistics.median(values) * 1000 for name, values in timings.items()}
+    p90 = {name: statistics.quantiles(values, n=10)[-1] * 1000 for name, values in timings.items()}
+    print(f"`true` x{runs}, median (p90) ms:")
+    for name in timings:
+        print(f"  {name:7s} {medians[name]:7.2f} ({p90[name]:.2f})")
+    overhead = medians["bwrap"] - medians["direct"]
+    print(f"  overhead {overhead:6.2f} ms per command (target <= 20 ms)")
+
+
+async def bench_tar(backend: SandboxBackend, workspace: Path, runs: int) -> None:
+    size = await anyio.to_thread.run_sync(make_big_workspace, workspace)
+    await backend.prepare_workspace(workspace)
+    timings: dict[str, list[float]] = {"direct": [], "bwrap": []}
+    for _ in range(runs):
+        for name in timings:
+            sink = Counter()
+            started = time.perf_counter()
+            if name == "direct":
+                await direct("tar -cf - .", workspace, sink)
+            else:
+                await sandboxed(backend, "tar -cf - .", workspace, sink)
+            timings[name].append(time.perf_counter() - started)
+            if sink.total < size:
+                raise SystemExit(f"{name} tar produced only {sink.total} bytes")
+    print(f"tar of a {size / MIB:.0f} MiB workspace x{runs}, median:")
+    throughput = {}
+    for name, values in timings.items():
+        seconds = statistics.median(values)
+        throughput[name] = size / MIB / seconds
+        print(f"  {name:7s} {seconds:6.3f} s  {throughput[name]:7.1f} MiB/s")
+    ratio = throughput["bwrap"] / throughput["direct"]
+    print(f"  inside/outside throughput {ratio:.2f} (target >= 0.90)")
+
+
+async def main(runs: int, tar_runs: int) -> None:
+    backend = select_backend("bwrap")
+    print("limits in force:", dict(backend.limits_in_force))
+    root = Path(tempfile.mkdtemp(prefix="cairn-bench-"))
+    root.chmod(0o711)
+    try:
+        small = root / "small"
+        small.mkdir()
+        await backend.prepare_workspace(small)
+        await bench_overhead(backend, small, runs)
+        big = root / "big"
+        big.mkdir()
+        await bench_tar(backend, big, tar_runs)
+    finally:
+        shutil.rmtree(root)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--tar-runs", type=int, default=7)
+    arguments = parser.parse_args()
+    anyio.run(main, arguments.runs, arguments.tar_runs)
