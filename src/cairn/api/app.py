@@ -16,6 +16,9 @@ from typing import Any
 import anyio
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cairn.api import routes_artifacts, routes_events, routes_items, routes_sessions
@@ -59,6 +62,11 @@ class _RequestId:
         await self.app(scope, receive, send_with_id)
 
 
+async def _healthz(request: Request) -> Response:
+    """Unauthenticated liveness probe for load balancers and process supervisors."""
+    return JSONResponse({"status": "ok"})
+
+
 def build_runtime(settings: Settings, db: Database) -> Runtime:
     sandbox = select_backend(settings.sandbox)
     notifier = Notifier()
@@ -92,6 +100,7 @@ def create_app(settings: Settings, *, run_worker: bool = True) -> Starlette:
 
     return Starlette(
         routes=[
+            Route("/healthz", _healthz, methods=["GET"]),
             *routes_sessions.routes,
             *routes_events.routes,
             *routes_items.routes,

@@ -131,7 +131,7 @@ def upgrade() -> None:
     sa.Column('input', sa.JSON(), nullable=False),
     sa.Column('step', sa.Integer(), server_default='0', nullable=False),
     sa.Column('next_output_index', sa.Integer(), server_default='0', nullable=False),
-    sa.Column('cancel_requested', sa.Boolean(), server_default=sa.text('0'), nullable=False),
+    sa.Column('cancel_requested', sa.Boolean(), server_default=sa.false(), nullable=False),
     sa.Column('lease_token', sa.BigInteger(), nullable=True),
     sa.Column('error', sa.JSON(), nullable=True),
     sa.Column('usage', sa.JSON(), nullable=True),
