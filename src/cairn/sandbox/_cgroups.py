@@ -42,6 +42,11 @@ class CgroupHost:
     parents: dict[str, Path]
     unavailable: dict[str, str]
 
+    def describe(self) -> str:
+        parts = [f"v1 {name} under {parent}" for name, parent in sorted(self.parents.items())]
+        parts += [f"{name} unused: {why}" for name, why in sorted(self.unavailable.items())]
+        return "; ".join(parts) or "none"
+
     @property
     def has_memory(self) -> bool:
         return "memory" in self.parents

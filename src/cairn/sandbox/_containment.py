@@ -50,7 +50,10 @@ class Containment:
         self._prlimit = shutil.which("prlimit")
 
     def limits_in_force(self, limits: ResourceLimits | None = None) -> dict[str, str]:
-        """Per `ResourceLimits` field (plus `timeout_s`), the mechanism enforcing it."""
+        """Per `ResourceLimits` field (plus `timeout_s`), the mechanism enforcing it.
+
+        A `cgroups` entry says where command cgroups live and why a controller is unused.
+        """
         limits = limits or ResourceLimits()
         missing = "not enforced: util-linux prlimit not found" if self._prlimit is None else (
             "not enforced on this host"
@@ -71,6 +74,7 @@ class Containment:
                 "running as host root or as the server's own user"
             )
         report["timeout_s"] = _WALL_CLOCK
+        report["cgroups"] = self._cgroups.describe()
         return report
 
     @asynccontextmanager
