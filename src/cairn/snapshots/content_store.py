@@ -5,6 +5,10 @@ and keep their metadata in the store itself, with no database tables. Work that 
 I/O, hashing, object reads and writes) runs on worker threads through `run_sync`; large
 files and restore ranges fan out over this store's own bounded thread pool, shared by every
 session of the process, so 50 concurrent persists cannot start 200 threads.
+
+At most `max_operations` persists/restores run at once; the others wait on the event loop.
+Without that bound, 40 threads doing Python work take turns holding the GIL and the event
+loop thread waits behind all of them (measured: 0.4 s stalls with 50 concurrent persists).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import anyio
 
 from cairn._concurrency import run_sync
 from cairn.snapshots import layout
@@ -34,8 +40,9 @@ class ContentAddressedSnapshotStore(SnapshotStore):
     name = "content-addressed"
     capabilities = frozenset({"persist", "gc"})
 
-    def __init__(self, objects: ObjectStore, *, max_workers: int | None = None) -> None:
+    def __init__(self, objects: ObjectStore, *, max_workers: int | None = None, max_operations: int = 2) -> None:
         self.objects = objects
+        self._operations = anyio.CapacityLimiter(max_operations)
         workers = max_workers or min(4, os.cpu_count() or 1)
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cairn-snapshots")
         self._indexes: dict[str, BlobIndex] = {}
@@ -47,7 +54,8 @@ class ContentAddressedSnapshotStore(SnapshotStore):
 
     async def persist(self, request: PersistRequest) -> PersistResult:
         index = self._index(request.scope.tenant_id)
-        return await run_sync(persist_workspace, self.objects, index, self._executor, request)
+        async with self._operations:
+            return await run_sync(persist_workspace, self.objects, index, self._executor, request)
 
     async def restore(
         self,
@@ -59,9 +67,10 @@ class ContentAddressedSnapshotStore(SnapshotStore):
         progress: Progress | None = None,
     ) -> RestoreResult:
         info = await self._resolve(scope, snapshot_id)
-        stat_cache = await run_sync(
-            restore_workspace, self.objects, self._executor, info, workspace, exclusions or Exclusions(), progress
-        )
+        async with self._operations:
+            stat_cache = await run_sync(
+                restore_workspace, self.objects, self._executor, info, workspace, exclusions or Exclusions(), progress
+            )
         return RestoreResult(snapshot=info, stat_cache=stat_cache)
 
     async def _resolve(self, scope: SnapshotScope, snapshot_id: SnapshotId | None) -> SnapshotInfo:
