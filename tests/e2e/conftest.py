@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import openai
 import pytest
 
 from cairn.testing.server import CairnServer
@@ -44,3 +45,9 @@ def server(scripts_dir: Path) -> Iterator[CairnServer]:
     instance = make_server(scripts_dir).start()
     yield instance
     remove_server(instance)
+
+
+@pytest.fixture
+def client(server: CairnServer) -> Iterator[openai.OpenAI]:
+    with server.client() as instance:
+        yield instance

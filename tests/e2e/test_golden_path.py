@@ -35,7 +35,11 @@ def _text(events: list[object], kind: str) -> list[object]:
 
 
 def test_tutorial_flow(golden_server: CairnServer, tmp_path: Path) -> None:
-    client = golden_server.client()
+    with golden_server.client() as client:
+        _tutorial_flow(client, tmp_path)
+
+
+def _tutorial_flow(client: openai.OpenAI, tmp_path: Path) -> None:
     sessions = client.beta.agents.sessions
 
     # 1. streaming create: the stream ends by itself after the turn's terminal event and idle

@@ -95,11 +95,18 @@ class TurnRunner:
         if ctx is None:
             return
         try:
+            failure: Exception | None = None
             with anyio.CancelScope() as scope:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._watch_cancel, ctx, scope)
-                    await self._loop(ctx)
+                    # Caught here, not outside: a task group would wrap it in an ExceptionGroup.
+                    try:
+                        await self._loop(ctx)
+                    except Exception as exc:
+                        failure = exc
                     tg.cancel_scope.cancel()
+            if failure is not None:
+                raise failure
             if scope.cancelled_caught:
                 with anyio.CancelScope(shield=True):
                     await self._finish(ctx, "cancelled")
