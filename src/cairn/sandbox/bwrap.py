@@ -151,7 +151,11 @@ class BwrapBackend(SandboxBackend):
                 argv = self._argv(request.workspace, request.network, etc_fds, env)
                 launch = Launch(
                     argv=[*contained.prefix, *argv, "/bin/sh", "-c", request.command],
+                    # The sandbox's pid 1 is a bwrap process that keeps this environment
+                    # (readable in /proc/1/environ inside), so it is minimal and the cwd is
+                    # `/`, not the server's (the launcher shell exports PWD).
                     env={"PATH": DEFAULT_PATH},
+                    cwd=Path("/"),
                     user=self._account.uid if self._account is not None else None,
                     group=self._account.gid if self._account is not None else None,
                     pass_fds=tuple(etc_fds.values()),

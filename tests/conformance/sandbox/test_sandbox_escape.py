@@ -126,6 +126,7 @@ async def test_host_secrets_are_unreadable(
     assert secret not in output
     assert "root:*:" not in output and "root:!" not in output
     assert host_init not in output
+    assert os.getcwd() not in output  # not even the server's working directory
     await assert_still_works(run, workspace)
 
 

@@ -1,0 +1,224 @@
+"""The escape suite through the public API: the official `openai` client drives a real
+`cairn serve`, a scripted model runs the escape attempts as shell commands, and every case
+asserts on the host afterwards, checks the server is healthy and that the next command in
+the same session still works (issue 3, design invariant 8).
+
+The backend-level twin with tighter limits is tests/conformance/sandbox/test_sandbox_escape.py;
+here the server's default limits apply (1 GiB memory and file size, 256 processes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from cairn.testing.server import CairnServer
+from tests.e2e.conftest import ROOT, make_server, remove_server
+
+SECRET = f"server-secret-{uuid.uuid4().hex}"
+STILL_WORKS = {"call": "shell", "arguments": {"command": "echo still-works"}}
+
+
+@pytest.fixture(scope="module")
+def escape_server(scripts_dir: Path) -> Iterator[CairnServer]:
+    instance = make_server(scripts_dir, env={"CAIRN_E2E_SECRET": SECRET}).start()
+    yield instance
+    remove_server(instance)
+
+
+class Session:
+    """One session that played a script of shell commands, and what the host saw."""
+
+    def __init__(self, server: CairnServer, session_id: str, commands: list[Any]) -> None:
+        self.server = server
+        self.id = session_id
+        self.commands = commands
+
+    @property
+    def workspace(self) -> Path:
+        return self.server.data_dir / "workspaces" / self.id
+
+    def output(self, index: int) -> str:
+        return str(self.commands[index].output or "")
+
+    def assert_contained(self) -> None:
+        """The server is healthy and the command after the attempt worked."""
+        health = httpx.get(self.server.base_url.removesuffix("/v1") + "/healthz", timeout=5)
+        assert health.status_code == 200
+        last = self.commands[-1]
+        assert (last.exit_code, last.output.strip()) == (0, "still-works")
+
+
+def play(server: CairnServer, scripts_dir: Path, commands: Sequence[Mapping[str, Any]]) -> Session:
+    """Run `commands` (shell arguments) then `echo still-works` in a new session's one turn."""
+    name = f"escape_{uuid.uuid4().hex[:10]}"
+    steps = [{"call": "shell", "arguments": dict(arguments)} for arguments in commands]
+    script = {"turns": [[*steps, STILL_WORKS, {"say": "done"}]]}
+    (scripts_dir / f"{name}.json").write_text(json.dumps(script))
+    with server.client() as client:
+        sessions = client.beta.agents.sessions
+        with sessions.create(
+            agent={"model": f"scripted:{name}", "instructions": "Try to escape."},
+            environment={"type": "openai_hosted"},
+            input="go",
+            stream=True,
+        ) as stream:
+            events = list(stream)
+        session_id = events[0].session.id
+        assert events[-1].type == "agent.session.idle"
+        items = list(sessions.items.list(session_id, order="asc", limit=100))
+    commands = [item for item in items if item.type == "command_execution"]
+    assert len(commands) == len(steps) + 1
+    return Session(server, session_id, commands)
+
+
+def host_processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # exited while we looked
+        if marker.encode() in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def test_writes_outside_the_workspace(escape_server: CairnServer, scripts_dir: Path) -> None:
+    host_dir = escape_server.data_dir.parent
+    canary = host_dir / "canary.txt"
+    canary.write_text("host canary\n")
+    name = f"escape-{uuid.uuid4().hex[:8]}"
+    absolute = [canary, host_dir / name, Path("/etc") / name, Path("/usr") / name, Path("/") / name]
+    command = "; ".join(
+        [f"echo pwned > {target}" for target in absolute]
+        + [f"echo pwned > ../{name}", f"echo pwned > ../../{name}",
+           f"echo pwned > /workspace/../{name}", f"ln -s {canary} planted"]
+    )
+    session = play(
+        escape_server, scripts_dir,
+        [{"command": command}, {"command": "echo pwned > planted; cat planted"},
+         {"command": f"mount -o remount,rw /usr && echo pwned > /usr/{name}; "
+                     f"unshare -Urm sh -c 'mount -o remount,rw /usr && echo pwned > /usr/{name}'"}],
+    )
+    assert canary.read_text() == "host canary\n"
+    for target in [*absolute[1:], session.workspace.parent / name, Path("/usr") / name]:
+        assert not target.exists(), target
+    assert "host canary" not in session.output(1)
+    session.assert_contained()
+
+
+def test_host_secrets_and_processes(escape_server: CairnServer, scripts_dir: Path) -> None:
+    server_pid = escape_server.process.pid if escape_server.process else 0
+    session = play(
+        escape_server, scripts_dir,
+        [{"command": "cat /etc/shadow; env; cat /proc/1/environ; cat /proc/*/environ; "
+                     "echo; ls /proc | grep -c '^[0-9]'"},
+         {"command": f"kill -9 {server_pid}; kill -9 -1; grep -l 'cairn[.]cli' /proc/*/cmdline"}],
+    )
+    secrets_output = session.output(0)
+    assert SECRET not in secrets_output
+    assert "root:" not in secrets_output
+    assert str(ROOT) not in secrets_output  # not even the server's working directory
+    assert int(secrets_output.split()[-1]) < 10  # only the sandbox's own processes
+    assert "cmdline" not in session.output(1)
+    session.assert_contained()  # the server survived the kill attempts
+
+
+def test_no_network_to_host_loopback(escape_server: CairnServer, scripts_dir: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp, socket.socket(
+        socket.AF_INET, socket.SOCK_DGRAM
+    ) as udp:
+        tcp.bind(("127.0.0.1", 0))
+        tcp.listen()
+        udp.bind(("127.0.0.1", 0))
+        tcp.setblocking(False)
+        udp.setblocking(False)
+        tcp_port, udp_port = tcp.getsockname()[1], udp.getsockname()[1]
+        probe = (
+            "import socket\n"
+            "try:\n"
+            f"    socket.create_connection(('127.0.0.1', {tcp_port}), timeout=2); print('TCP-OK')\n"
+            "except OSError as e: print('tcp', e)\n"
+            f"socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', {udp_port}))\n"
+        )
+        session = play(escape_server, scripts_dir, [{"command": f"python3 -c \"{probe}\""}])
+        assert "TCP-OK" not in session.output(0)
+        with pytest.raises(BlockingIOError):
+            tcp.accept()
+        with pytest.raises(BlockingIOError):
+            udp.recvfrom(16)
+    session.assert_contained()
+
+
+def test_resource_exhaustion_is_bounded(escape_server: CairnServer, scripts_dir: Path) -> None:
+    marker = f"cairn-e2e-{uuid.uuid4().hex}"
+    session = play(
+        escape_server, scripts_dir,
+        [
+            {"command": f"bomb() {{ bomb | bomb & }}; bomb; : {marker}", "timeout_ms": 5000},
+            {"command": "python3 -c \"b = b'x' * (3 * 1024 ** 3); print('ALLOCATED')\""},
+            {"command": "dd if=/dev/zero of=big bs=1M count=1100 2>&1 | tail -1; ls -l big"},
+            {"command": f"sh -c 'sleep 600; : {marker}'", "timeout_ms": 1000},
+            {"command": f"sh -c 'sleep 600; : {marker}' > /dev/null 2>&1 & "
+                        f"setsid sh -c 'sleep 600; : {marker}' > /dev/null 2>&1 & echo left"},
+        ],
+    )
+    assert "ALLOCATED" not in session.output(1)
+    assert session.commands[1].exit_code != 0
+    big = session.workspace / "big"
+    assert big.stat().st_size <= 1024 ** 3  # the file-size limit, not the disk, stopped it
+    assert "timed out" in session.output(3) and session.commands[3].exit_code is None
+    assert "left" in session.output(4)
+    assert host_processes_with(marker) == []
+    big.unlink()
+    session.assert_contained()
+
+
+def test_two_sessions_cannot_see_each_other(
+    escape_server: CairnServer, scripts_dir: Path
+) -> None:
+    marker = f"cairn-e2e-{uuid.uuid4().hex}"
+    pattern = f"cairn-e2[e]-{marker.rsplit('-', 1)[1]}"
+    holder: dict[str, Session] = {}
+
+    def hold() -> None:
+        holder["first"] = play(
+            escape_server, scripts_dir,
+            [{"command": f"echo secret > {marker}.txt; touch ready; sh -c 'sleep 30; : {marker}'",
+              "timeout_ms": 4000}],
+        )
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    workspaces = escape_server.data_dir / "workspaces"
+    try:
+        # The first session's command is running once its ready file exists on the host.
+        subprocess.run(
+            ["sh", "-c", f"until ls {workspaces}/*/ready >/dev/null 2>&1; do sleep 0.05; done"],
+            timeout=30, check=True,
+        )
+        second = play(
+            escape_server, scripts_dir,
+            [{"command": f"ls -a /workspace/..; grep -l '{pattern}' /proc/*/cmdline; "
+                         f"find / -name '{pattern}*' 2>/dev/null; cat ../*/{pattern}.txt"}],
+        )
+    finally:
+        thread.join(timeout=60)
+    assert marker not in second.output(0)
+    assert "secret" not in second.output(0)
+    assert holder["first"].id not in second.output(0)
+    second.assert_contained()
+    holder["first"].assert_contained()
