@@ -10,7 +10,6 @@ here the server's default limits apply (1 GiB memory and file size, 256 processe
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import threading
@@ -22,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from cairn.sandbox.testing import host_processes_with
 from cairn.testing.server import CairnServer
 from tests.e2e.conftest import ROOT, make_server, remove_server
 
@@ -80,20 +80,6 @@ def play(server: CairnServer, scripts_dir: Path, commands: Sequence[Mapping[str,
     commands = [item for item in items if item.type == "command_execution"]
     assert len(commands) == len(steps) + 1
     return Session(server, session_id, commands)
-
-
-def host_processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # exited while we looked
-        if marker.encode() in cmdline:
-            found.append(int(entry))
-    return found
 
 
 def test_writes_outside_the_workspace(escape_server: CairnServer, scripts_dir: Path) -> None:

@@ -17,9 +17,10 @@ from pathlib import Path
 import anyio
 import pytest
 from conftest import Run
-from test_sandbox_exec import host_processes_with, lingering
+from test_sandbox_exec import lingering
 
 from cairn.sandbox import ResourceLimits, SandboxBackend
+from cairn.sandbox.testing import host_processes_with
 
 pytestmark = pytest.mark.anyio
 

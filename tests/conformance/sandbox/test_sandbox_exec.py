@@ -12,23 +12,9 @@ from conftest import Recorder, Run
 
 from cairn.errors import InvalidRequestError, WorkspaceError
 from cairn.sandbox import WORKSPACE_MOUNT, ExecRequest, SandboxBackend
+from cairn.sandbox.testing import host_processes_with
 
 pytestmark = pytest.mark.anyio
-
-
-def host_processes_with(marker: str) -> list[int]:
-    """Host pids whose command line contains `marker` (the test's own process excluded)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # exited while we looked
-        if marker.encode() in cmdline:
-            found.append(int(entry))
-    return found
 
 
 def lingering(marker: str) -> str:
