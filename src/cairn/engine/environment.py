@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn._concurrency import run_sync
-from cairn.engine.workspace_files import WorkspaceFiles
+from cairn.engine.workspace_files import WorkspaceFiles, workspace_relative
 from cairn.errors import InvalidRequestError
 from cairn.sandbox.base import SandboxBackend
 
@@ -35,7 +35,12 @@ def decode_inline_files(files: Sequence[Mapping[str, Any]]) -> list[tuple[str, b
             data = base64.b64decode(spec["data"], validate=True)
         except (binascii.Error, KeyError, TypeError) as exc:
             raise InvalidRequestError("inline file data must be base64", param=f"environment.files[{index}].data") from exc
-        decoded.append((str(spec.get("path", "")), data))
+        path = str(spec.get("path", ""))
+        try:
+            workspace_relative(path)
+        except InvalidRequestError as exc:
+            raise InvalidRequestError(exc.message, param=f"environment.files[{index}].path") from exc
+        decoded.append((path, data))
     return decoded
 
 

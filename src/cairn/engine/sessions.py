@@ -104,9 +104,9 @@ class SessionService:
             created_at=now,
             last_active_at=now,
         )
-        if environment["type"] != "none":
-            await self.rt.environments.create(session_id, inline_files)
         try:
+            if environment["type"] != "none":
+                await self.rt.environments.create(session_id, inline_files)
             async with self.rt.journal.transaction(session_id) as tx:
                 await insert_session(tx.conn, record)
                 tx.emit(session_event("created", record))

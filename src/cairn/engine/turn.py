@@ -19,7 +19,8 @@ import codecs
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,21 +67,13 @@ class _TurnContext:
     tools: list[ToolSpec]
     fence: Fence
     client_tool_names: frozenset[str] = field(default_factory=frozenset)
+    # Stream deltas wait here until the next write or the periodic flush; one lock orders
+    # all of the turn's writes, so deltas never overtake the events that follow them.
+    deltas: list[dict[str, Any]] = field(default_factory=list)
+    write_lock: anyio.Lock = field(default_factory=anyio.Lock)
 
-
-class _DeltaBuffer:
-    """Batches small stream deltas into one journal transaction per flush interval."""
-
-    def __init__(self) -> None:
-        self.pending: list[dict[str, Any]] = []
-        self.last_flush = time.monotonic()
-
-    def due(self) -> bool:
-        return bool(self.pending) and time.monotonic() - self.last_flush >= _FLUSH_INTERVAL_S
-
-    def take(self) -> list[dict[str, Any]]:
-        taken, self.pending = self.pending, []
-        self.last_flush = time.monotonic()
+    def take_deltas(self) -> list[dict[str, Any]]:
+        taken, self.deltas = self.deltas, []
         return taken
 
 
@@ -99,6 +92,7 @@ class TurnRunner:
             with anyio.CancelScope() as scope:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._watch_cancel, ctx, scope)
+                    tg.start_soon(self._flush_deltas, ctx)
                     # Caught here, not outside: a task group would wrap it in an ExceptionGroup.
                     try:
                         await self._loop(ctx)
@@ -201,11 +195,31 @@ class TurnRunner:
 
     async def _finish(self, ctx: _TurnContext, status: str, *, error: dict[str, str] | None = None) -> None:
         try:
-            async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+            async with self._write(ctx) as tx:
                 await close_turn(tx, tx.fenced_turn or ctx.turn, status, error=error)
                 await complete_job(tx.conn, ctx.job)
         except LeaseLostError:
             log.warning("turn %s: lease lost before it could be marked %s", ctx.turn.id, status)
+
+    @asynccontextmanager
+    async def _write(self, ctx: _TurnContext) -> AsyncIterator[Transaction]:
+        """A fenced journal transaction that first appends the deltas waiting to be sent."""
+        async with ctx.write_lock, self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+            tx.emit(*ctx.take_deltas())
+            yield tx
+
+    async def _flush_deltas(self, ctx: _TurnContext) -> None:
+        while True:
+            await anyio.sleep(_FLUSH_INTERVAL_S)
+            if not ctx.deltas:
+                continue
+            try:
+                # Shielded: deltas taken into a transaction must not be lost to a cancel.
+                with anyio.CancelScope(shield=True):
+                    async with self._write(ctx):
+                        pass
+            except LeaseLostError:
+                return  # the loop's next write raises it where it is handled
 
     async def _watch_cancel(self, ctx: _TurnContext, scope: anyio.CancelScope) -> None:
         while True:
@@ -226,7 +240,7 @@ class TurnRunner:
                 ]
             for item in open_calls:
                 await self._execute(ctx, item)
-            async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+            async with self._write(ctx) as tx:
                 waiting = await pending_client_calls(tx.conn, ctx.turn.id)
                 if waiting:
                     await self._wait_for_client(tx, ctx, waiting)
@@ -254,7 +268,7 @@ class TurnRunner:
         outputs = []
         if session.environment["type"] != "none":
             outputs = await collect_outputs(self.rt.environments.files(session.id), self.rt.blobs, session)
-        async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+        async with self._write(ctx) as tx:
             await record_outputs(tx.conn, session, ctx.turn.id, outputs)
             await close_turn(tx, tx.fenced_turn or ctx.turn, "completed")
             await complete_job(tx.conn, ctx.job)
@@ -281,7 +295,6 @@ class TurnRunner:
                     text_format=(ctx.session.agent.get("text") or {}).get("format"),
                     reasoning_effort=(ctx.session.agent.get("reasoning") or {}).get("effort"),
                 )
-                buffer = _DeltaBuffer()
                 text: list[str] = []
                 async for event in ctx.model.stream(request):
                     if isinstance(event, TextDelta):
@@ -289,13 +302,8 @@ class TurnRunner:
                             message = await self._open_message(ctx)
                         text.append(event.text)
                         assert message.output_index is not None
-                        buffer.pending.append(
-                            text_part_event("output_text.delta", message, message.output_index, delta=event.text)
-                        )
-                        if buffer.due():
-                            await self._emit(ctx, buffer.take())
+                        ctx.deltas.append(text_part_event("output_text.delta", message, message.output_index, delta=event.text))
                     else:
-                        await self._emit(ctx, buffer.take())
                         await self._record_step(ctx, message, event)
                         return event
                 raise ModelError("the model stream ended without a response", code="server_error", retryable=True)
@@ -307,11 +315,6 @@ class TurnRunner:
                 log.warning("turn %s: model attempt %d failed (%s); retrying", ctx.turn.id, attempt, exc.message)
                 await anyio.sleep(2 ** (attempt - 1))
         raise AssertionError("unreachable")
-
-    async def _emit(self, ctx: _TurnContext, payloads: list[dict[str, Any]]) -> None:
-        if payloads:
-            async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
-                tx.emit(*payloads)
 
     async def _new_item(self, tx: Transaction, ctx: _TurnContext, type_: str, data: dict[str, Any], **cols: Any) -> ItemRecord:
         output_index = await claim_output_indexes(tx.conn, ctx.turn.id, 1)
@@ -332,7 +335,7 @@ class TurnRunner:
         )
 
     async def _open_message(self, ctx: _TurnContext) -> ItemRecord:
-        async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+        async with self._write(ctx) as tx:
             item = await self._new_item(tx, ctx, "message", {"role": "assistant", "phase": None, "content": []})
             assert item.output_index is not None
             tx.emit(
@@ -342,13 +345,13 @@ class TurnRunner:
         return item
 
     async def _abandon_message(self, ctx: _TurnContext, message: ItemRecord) -> None:
-        async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+        async with self._write(ctx) as tx:
             closed = await update_item(tx.conn, message.id, status="incomplete", data=message.data)
             tx.emit(item_event("done", closed, closed.output_index))
 
     async def _record_step(self, ctx: _TurnContext, message: ItemRecord | None, response: ModelResponse) -> None:
         """Close the step's message, record its calls and advance the step, atomically."""
-        async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+        async with self._write(ctx) as tx:
             if response.text and message is None:
                 message = await self._new_item(tx, ctx, "message", {"role": "assistant", "phase": None, "content": []})
                 assert message.output_index is not None
@@ -429,7 +432,7 @@ class TurnRunner:
                 output = await run_file_tool(name, arguments, self.rt.environments.files(ctx.session.id))
             except InvalidRequestError as exc:
                 error = exc.message
-        async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+        async with self._write(ctx) as tx:
             done = await update_item(tx.conn, item.id, status="completed" if error is None else "failed", data=item.data)
             tx.emit(item_event("done", done, done.output_index))
             await self._record_call_output(tx, done, output=output, error=error)
@@ -470,7 +473,6 @@ class TurnRunner:
         network = (ctx.session.environment.get("network") or {}).get("access") == "enabled"
         timeout_s = args.timeout_ms / 1000 if args.timeout_ms else self.rt.settings.command_timeout_s
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        buffer = _DeltaBuffer()
         collected: list[str] = []
         size = 0
 
@@ -482,25 +484,21 @@ class TurnRunner:
             if size < _MAX_ITEM_OUTPUT:
                 collected.append(text[: _MAX_ITEM_OUTPUT - size])
             size += len(text)
-            buffer.pending.append(
+            ctx.deltas.append(
                 {"type": "agent.output.command_execution_output.delta", "session_id": ctx.session.id,
                  "turn_id": ctx.turn.id, "item_id": item.id, "output_index": item.output_index, "delta": text}
             )
-            if buffer.due():
-                await self._emit(ctx, buffer.take())
 
         request = ExecRequest(command=args.command, workspace=workspace, timeout_s=timeout_s, env=env, network=network)
         try:
             result = await self.rt.sandbox.exec(request, on_output)
         except CairnError as exc:
-            await self._emit(ctx, buffer.take())
             data.update(output="".join(collected) + f"\n[sandbox error: {exc.message}]", exit_code=None, duration_ms=0)
             await self._close_command(ctx, item, data, "failed")
             return
         tail = decoder.decode(b"", final=True)
         if tail:
             collected.append(tail)
-        await self._emit(ctx, buffer.take())
         output = "".join(collected)
         if size > _MAX_ITEM_OUTPUT:
             output += f"\n[output truncated: {size} characters in all]"
@@ -510,7 +508,7 @@ class TurnRunner:
         await self._close_command(ctx, item, data, "completed" if result.exit_code == 0 else "failed")
 
     async def _close_command(self, ctx: _TurnContext, item: ItemRecord, data: dict[str, Any], status: str) -> None:
-        async with self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+        async with self._write(ctx) as tx:
             done = await update_item(tx.conn, item.id, status=status, data=data)
             tx.emit(item_event("done", done, done.output_index))
 
