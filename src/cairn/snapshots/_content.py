@@ -15,7 +15,7 @@ from cairn.snapshots.scan import ScannedEntry
 
 __all__ = ["CHUNK_SIZE", "hash_stored_content", "iter_stored_content", "open_for_read", "stored_length"]
 
-CHUNK_SIZE = 1024 * 1024
+CHUNK_SIZE = 4 * 1024 * 1024
 
 
 def stored_length(entry: ScannedEntry) -> int:

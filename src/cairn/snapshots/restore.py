@@ -214,7 +214,9 @@ def _stage(
             _write_empty(os.path.join(base, entry.path), entry, is_root)
         else:
             by_blob.setdefault((entry.blob.pack, entry.blob.offset, entry.blob.length), []).append(entry)
-    spans = list(_spans(by_blob))
+    # The span with the most files goes first: creating files is the slow part on ext4 and does
+    # not parallelize, so large blobs are copied on the other workers meanwhile.
+    spans = sorted(_spans(by_blob), key=lambda span: -len(span[3]))
     counter = _ProgressCounter(sum(length for (_pack, _offset, length) in by_blob), progress)
     futures = [
         executor.submit(_restore_span, objects, info.tenant_id, span, base, is_root, counter) for span in spans

@@ -1,0 +1,313 @@
+"""Workspace snapshot benchmark: Cairn against the OpenAI Agents SDK (openai-agents 0.24), same run.
+
+Builds the issue-4 workspace (2,000 random files of 1-8 KiB in 20 directories + 3 x 50 MiB =
+158.9 MiB), then measures, best of N with the page cache warm for everyone:
+
+  SDK     LocalSnapshot persist (`session.stop()`, includes its fingerprint helper),
+          its fingerprint alone, restore (`start()` of a resumed session, workspace missing)
+  Cairn   cold persist (empty store), persist after changing one small file, restore
+          (workspace missing), and the "unchanged, skip restore" check (`start()` -> reused)
+  disk    `tar -cf` of the tree and a raw read of every file (`cat > /dev/null`)
+
+and the peak RSS above the pre-operation baseline (sampled every 2 ms). Not part of the test
+run; needs the bench extra: `scripts/bootstrap bench && .venv/bin/python benchmarks/snapshots.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from cairn.snapshots import (
+    ContentAddressedSnapshotStore,
+    LocalObjectStore,
+    PersistRequest,
+    SnapshotScope,
+    StartOutcome,
+    WorkspaceLifecycle,
+)
+from cairn.snapshots.stat_cache import StatCache
+
+MIB = 1024 * 1024
+SCOPE = SnapshotScope("bench", "session")
+TARGETS = {
+    "persist_speedup": 5.0,
+    "incremental_s": 0.100,
+    "skip_s": 0.050,
+    "restore_speedup": 3.0,
+    "peak_mib": 64.0,
+}
+
+
+def build_workspace(root: Path) -> int:
+    rng = random.Random(4)
+    total = 0
+    for index in range(2000):
+        directory = root / f"dir{index % 20:02d}"
+        directory.mkdir(parents=True, exist_ok=True)
+        size = rng.randint(1024, 8192)
+        (directory / f"file{index:04d}.bin").write_bytes(os.urandom(size))
+        total += size
+    for index in range(3):
+        with open(root / f"large{index}.bin", "wb") as handle:
+            for _ in range(50):
+                handle.write(os.urandom(MIB))
+        total += 50 * MIB
+    return total
+
+
+class PeakRss:
+    """Samples this process's RSS on a thread; `peak_mib` is the rise above the start value."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        self.baseline = self._rss()
+        self.peak = self.baseline
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _rss(self) -> int:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * self._page
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.002):
+            self.peak = max(self.peak, self._rss())
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._rss())
+
+    @property
+    def peak_mib(self) -> float:
+        return (self.peak - self.baseline) / MIB
+
+
+@dataclass
+class Measurement:
+    name: str
+    seconds: list[float]
+    peak_mib: float
+    note: str = ""
+
+    @property
+    def best(self) -> float:
+        return min(self.seconds)
+
+
+async def measure(
+    name: str,
+    rounds: int,
+    operation: Callable[[], Awaitable[Any]],
+    prepare: Callable[[], Awaitable[Any]] | None = None,
+    note: str = "",
+) -> Measurement:
+    times: list[float] = []
+    peak = 0.0
+    for _ in range(rounds):
+        if prepare is not None:
+            await prepare()
+        with PeakRss() as rss:
+            began = time.perf_counter()
+            await operation()
+            times.append(time.perf_counter() - began)
+        peak = max(peak, rss.peak_mib)
+    return Measurement(name, times, peak, note)
+
+
+def timed_command(name: str, rounds: int, command: str, cwd: Path) -> Measurement:
+    times = []
+    for _ in range(rounds):
+        began = time.perf_counter()
+        subprocess.run(command, shell=True, check=True, cwd=cwd)
+        times.append(time.perf_counter() - began)
+    return Measurement(name, times, 0.0, "subprocess")
+
+
+async def bench_sdk(workspace: Path, scratch: Path, rounds: int) -> list[Measurement]:
+    from agents.sandbox.manifest import Manifest
+    from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
+    from agents.sandbox.snapshot import LocalSnapshotSpec
+
+    client = UnixLocalSandboxClient()
+    session = await client.create(
+        snapshot=LocalSnapshotSpec(base_path=scratch / "sdk-snapshots"),
+        manifest=Manifest(root=str(workspace)),
+    )
+    await session.start()
+
+    async def persist() -> None:
+        await session.stop()
+
+    persisted = await measure("SDK persist (LocalSnapshot, stop)", rounds, persist, note="tar in RAM + fingerprint")
+    fingerprint = await measure(
+        "SDK fingerprint (tar | sha256sum)", rounds, session._inner._compute_and_cache_snapshot_fingerprint
+    )
+    state = session.state
+    await session.shutdown()
+    backup = scratch / "sdk-workspace-backup"
+    os.rename(workspace, backup)
+    shutil.copytree(backup, workspace, symlinks=True)  # keep our copy; the SDK restores into `workspace`
+
+    async def drop_workspace() -> None:
+        shutil.rmtree(workspace, ignore_errors=True)
+        workspace.mkdir()
+
+    resumed: list[Any] = []
+
+    async def restore() -> None:
+        resumed_session = await client.resume(state)
+        await resumed_session.start()
+        resumed.append(resumed_session)
+
+    restored = await measure("SDK restore (start, workspace empty)", rounds, restore, prepare=drop_workspace)
+    for resumed_session in resumed:
+        await resumed_session.shutdown()
+    shutil.rmtree(workspace)
+    os.rename(backup, workspace)
+    return [persisted, fingerprint, restored]
+
+
+async def bench_cairn(workspace: Path, scratch: Path, rounds: int) -> list[Measurement]:
+    stores: list[ContentAddressedSnapshotStore] = []
+    cache: list[StatCache] = []
+
+    async def fresh_store() -> None:
+        for store in stores:
+            await store.aclose()
+        stores.clear()
+        shutil.rmtree(scratch / "cairn-store", ignore_errors=True)
+        stores.append(ContentAddressedSnapshotStore(LocalObjectStore(scratch / "cairn-store")))
+
+    async def persist() -> None:
+        result = await stores[0].persist(PersistRequest(scope=SCOPE, workspace=workspace, manifest_digest="m"))
+        assert result is not None
+        cache[:] = [result.stat_cache]
+
+    cold = await measure("Cairn persist, cold (empty store)", rounds, persist, prepare=fresh_store)
+    store = stores[0]
+    small = workspace / "dir07" / "file0007.bin"
+
+    async def touch_one() -> None:
+        small.write_bytes(os.urandom(4096))
+
+    async def incremental() -> None:
+        result = await store.persist(
+            PersistRequest(scope=SCOPE, workspace=workspace, manifest_digest="m", stat_cache=cache[0])
+        )
+        assert result is not None and result.snapshot.new_bytes == 4096, result.snapshot.new_bytes
+        cache[:] = [result.stat_cache]
+
+    incremental_m = await measure(
+        "Cairn persist, one small file changed", rounds, incremental, prepare=touch_one, note="stat cache"
+    )
+
+    target = scratch / "cairn-restore" / "ws"
+
+    async def drop_target() -> None:
+        shutil.rmtree(target.parent, ignore_errors=True)
+        target.mkdir(parents=True)
+
+    async def restore() -> None:
+        await store.restore(SCOPE, target)
+
+    restored = await measure("Cairn restore (workspace empty, verified)", rounds, restore, prepare=drop_target)
+
+    lifecycle_state = scratch / "cairn-state.json"
+    await _lifecycle(store, workspace, lifecycle_state).start()  # first check settles racy entries
+
+    async def skip() -> None:
+        result = await _lifecycle(store, workspace, lifecycle_state).start()
+        assert result.outcome is StartOutcome.REUSED, result.outcome
+
+    skipped = await measure("Cairn start, unchanged -> reuse (skip check)", max(rounds, 5), skip)
+    await store.aclose()
+    return [cold, incremental_m, restored, skipped]
+
+
+def _lifecycle(store: ContentAddressedSnapshotStore, workspace: Path, state: Path) -> WorkspaceLifecycle:
+    return WorkspaceLifecycle(store=store, scope=SCOPE, workspace=workspace, manifest_digest="m", state_path=state)
+
+
+def report(total: int, rows: list[Measurement]) -> None:
+    by_name = {row.name: row for row in rows}
+    print(f"\nworkspace: 2,003 files, {total / MIB:.1f} MiB; best of N (all rounds in brackets)\n")
+    print(f"{'operation':<46} {'best s':>8} {'MB/s':>8} {'peak MiB':>9}  rounds")
+    for row in rows:
+        rate = total / 1e6 / row.best if row.best else 0.0
+        rounds = ", ".join(f"{value:.3f}" for value in row.seconds)
+        peak = f"{row.peak_mib:9.1f}" if row.note != "subprocess" else f"{'-':>9}"
+        print(f"{row.name:<46} {row.best:8.3f} {rate:8.0f} {peak}  [{rounds}]")
+    sdk_persist = by_name["SDK persist (LocalSnapshot, stop)"].best
+    sdk_restore = by_name["SDK restore (start, workspace empty)"].best
+    cold = by_name["Cairn persist, cold (empty store)"]
+    incremental = by_name["Cairn persist, one small file changed"]
+    restore = by_name["Cairn restore (workspace empty, verified)"]
+    skip = by_name["Cairn start, unchanged -> reuse (skip check)"]
+    cairn_peak = max(cold.peak_mib, incremental.peak_mib, restore.peak_mib, skip.peak_mib)
+    checks = [
+        ("persist speedup vs SDK", sdk_persist / cold.best, f">= {TARGETS['persist_speedup']}x",
+         sdk_persist / cold.best >= TARGETS["persist_speedup"]),
+        ("incremental persist", incremental.best, f"< {TARGETS['incremental_s']} s",
+         incremental.best < TARGETS["incremental_s"]),
+        ("skip check", skip.best, f"< {TARGETS['skip_s']} s", skip.best < TARGETS["skip_s"]),
+        ("restore speedup vs SDK", sdk_restore / restore.best, f">= {TARGETS['restore_speedup']}x",
+         sdk_restore / restore.best >= TARGETS["restore_speedup"]),
+        ("Cairn peak memory above baseline (MiB)", cairn_peak, f"< {TARGETS['peak_mib']}",
+         cairn_peak < TARGETS["peak_mib"]),
+    ]
+    print()
+    for name, value, target, ok in checks:
+        print(f"{name:<40} {value:8.3f}  target {target:<10} {'PASS' if ok else 'FAIL'}")
+
+
+async def main(rounds: int, keep: bool) -> int:
+    scratch = Path(tempfile.mkdtemp(prefix="cairn-snapshot-bench-"))
+    try:
+        workspace = scratch / "workspace"
+        total = build_workspace(workspace)
+        await anyio.sleep(0.1)  # let the freshly written files leave the stat cache's racy window
+        physical = [
+            timed_command("tar -cf (physical reference)", rounds, f"tar -cf {scratch}/ref.tar -C {workspace} .", scratch),
+            timed_command(
+                "raw read, cat > /dev/null (physical reference)",
+                rounds,
+                f"find {workspace} -type f -print0 | xargs -0 cat > /dev/null",
+                scratch,
+            ),
+        ]
+        cairn_rows = await bench_cairn(workspace, scratch, rounds)
+        sdk_rows = await bench_sdk(workspace, scratch, rounds)
+        report(total, [*sdk_rows, *cairn_rows, *physical])
+        return 0
+    finally:
+        if keep:
+            print(f"kept {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    arguments = parser.parse_args()
+    sys.exit(anyio.run(main, arguments.rounds, arguments.keep))
