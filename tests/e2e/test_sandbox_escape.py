@@ -10,7 +10,6 @@ here the server's default limits apply (1 GiB memory and file size, 256 processe
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import threading
 import uuid
@@ -21,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cairn.sandbox.testing import host_processes_with
+from cairn.sandbox.testing import LoopbackListeners, host_processes_with
 from cairn.testing.server import CairnServer
 from tests.e2e.conftest import ROOT, make_server, remove_server
 
@@ -124,28 +123,14 @@ def test_host_secrets_and_processes(escape_server: CairnServer, scripts_dir: Pat
 
 
 def test_no_network_to_host_loopback(escape_server: CairnServer, scripts_dir: Path) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp, socket.socket(
-        socket.AF_INET, socket.SOCK_DGRAM
-    ) as udp:
-        tcp.bind(("127.0.0.1", 0))
-        tcp.listen()
-        udp.bind(("127.0.0.1", 0))
-        tcp.setblocking(False)
-        udp.setblocking(False)
-        tcp_port, udp_port = tcp.getsockname()[1], udp.getsockname()[1]
-        probe = (
-            "import socket\n"
-            "try:\n"
-            f"    socket.create_connection(('127.0.0.1', {tcp_port}), timeout=2); print('TCP-OK')\n"
-            "except OSError as e: print('tcp', e)\n"
-            f"socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', {udp_port}))\n"
+    with LoopbackListeners() as listeners:
+        script = listeners.probe_script()
+        session = play(
+            escape_server, scripts_dir,
+            [{"command": f"cat > probe.py <<'EOF'\n{script}EOF\npython3 probe.py"}],
         )
-        session = play(escape_server, scripts_dir, [{"command": f"python3 -c \"{probe}\""}])
         assert "TCP-OK" not in session.output(0)
-        with pytest.raises(BlockingIOError):
-            tcp.accept()
-        with pytest.raises(BlockingIOError):
-            udp.recvfrom(16)
+        assert not listeners.received_anything()
     session.assert_contained()
 
 

@@ -1,4 +1,4 @@
-"""Host-side checks for sandbox tests: what is still running on the host after a command.
+"""Host-side checks for sandbox tests: what runs and what arrived on the host after a command.
 
 Escape and cleanup tests assert on the host, not on what a sandboxed command reports, so
 backend-level and end-to-end suites share this one scan of the host's /proc.
@@ -7,9 +7,10 @@ backend-level and end-to-end suites share this one scan of the host's /proc.
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
-__all__ = ["host_processes_with"]
+__all__ = ["LoopbackListeners", "host_processes_with"]
 
 
 def host_processes_with(marker: str) -> list[int]:
@@ -25,3 +26,57 @@ def host_processes_with(marker: str) -> list[int]:
         if marker.encode() in cmdline:
             found.append(int(entry))
     return found
+
+
+class LoopbackListeners:
+    """A TCP listener and a UDP socket on host 127.0.0.1 that tell whether anything arrived.
+
+    Use as a context manager; `probe_script` is Python source that a sandboxed command runs
+    to try both, printing `TCP-OK` if a connection succeeded.
+    """
+
+    def __init__(self) -> None:
+        self._tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for sock in (self._tcp, self._udp):
+            sock.bind(("127.0.0.1", 0))
+            sock.setblocking(False)
+        self._tcp.listen()
+        self.tcp_port: int = self._tcp.getsockname()[1]
+        self.udp_port: int = self._udp.getsockname()[1]
+
+    def __enter__(self) -> LoopbackListeners:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._tcp.close()
+        self._udp.close()
+
+    def probe_script(self, hosts: tuple[str, ...] = ("127.0.0.1",)) -> str:
+        return (
+            "import socket\n"
+            f"for host in {hosts!r}:\n"
+            "    try:\n"
+            f"        socket.create_connection((host, {self.tcp_port}), timeout=2)\n"
+            "        print('TCP-OK', host)\n"
+            "    except OSError as error:\n"
+            "        print('tcp', host, error)\n"
+            "    try:\n"
+            "        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            f"        udp.sendto(b'x', (host, {self.udp_port}))\n"
+            "    except OSError as error:\n"
+            "        print('udp', host, error)\n"
+        )
+
+    def received_anything(self) -> bool:
+        """True if a TCP connection is waiting or a UDP datagram arrived."""
+        try:
+            connection, _ = self._tcp.accept()
+        except BlockingIOError:
+            try:
+                self._udp.recvfrom(16)
+            except BlockingIOError:
+                return False
+            return True
+        connection.close()
+        return True

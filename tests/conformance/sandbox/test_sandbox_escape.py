@@ -8,7 +8,6 @@ command claims, and then checks the next command in the same workspace still wor
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from conftest import Run
 from test_sandbox_exec import lingering
 
 from cairn.sandbox import ResourceLimits, SandboxBackend
-from cairn.sandbox.testing import host_processes_with
+from cairn.sandbox.testing import LoopbackListeners, host_processes_with
 
 pytestmark = pytest.mark.anyio
 
@@ -155,34 +154,24 @@ async def test_host_processes_are_invisible_and_unsignallable(
 
 
 async def test_no_network_to_host_loopback(run: Run, new_workspace) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp, socket.socket(
-        socket.AF_INET, socket.SOCK_DGRAM
-    ) as udp:
-        tcp.bind(("127.0.0.1", 0))
-        tcp.listen()
-        udp.bind(("127.0.0.1", 0))
-        tcp.setblocking(False)
-        udp.setblocking(False)
-        tcp_port, udp_port = tcp.getsockname()[1], udp.getsockname()[1]
-        probe = (
-            "import socket\n"
-            "for host in ('127.0.0.1', '10.0.2.2', '192.0.2.2'):\n"
-            "    try:\n"
-            f"        socket.create_connection((host, {tcp_port}), timeout=2); print('TCP-OK', host)\n"
-            "    except OSError as e: print('tcp', host, e)\n"
-            "    try:\n"
-            f"        socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', (host, {udp_port})); print('udp sent', host)\n"
-            "    except OSError as e: print('udp', host, e)\n"
-        )
-        workspace = await new_workspace()
+    workspace = await new_workspace()
+    with LoopbackListeners() as listeners:
+        probe = listeners.probe_script(("127.0.0.1", "10.0.2.2", "192.0.2.2"))
         (workspace / "probe.py").write_text(probe)
         _, output = await run("python3 probe.py", workspace)
         assert "TCP-OK" not in output
-        with pytest.raises(BlockingIOError):
-            tcp.accept()
-        with pytest.raises(BlockingIOError):
-            udp.recvfrom(16)
+        assert not listeners.received_anything()
     await assert_still_works(run, workspace)
+
+
+async def test_enabled_network_reaches_the_host(run: Run, new_workspace) -> None:
+    """The control for the case above: the same probe gets through when network is on."""
+    workspace = await new_workspace()
+    with LoopbackListeners() as listeners:
+        (workspace / "probe.py").write_text(listeners.probe_script())
+        _, output = await run("python3 probe.py", workspace, network=True)
+        assert "TCP-OK 127.0.0.1" in output
+        assert listeners.received_anything()
 
 
 async def test_fork_bomb_is_bounded(run: Run, new_workspace) -> None:
