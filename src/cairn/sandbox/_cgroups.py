@@ -81,7 +81,24 @@ def discover_cgroups(cgroup_file: Path = Path("/proc/self/cgroup")) -> CgroupHos
             unavailable[controller] = f"{mount} is not a cgroup v1 {controller} hierarchy"
             continue
         parents[controller] = parent
+        _remove_stale_leaves_best_effort(parent)
     return CgroupHost(parents=parents, unavailable=unavailable)
+
+
+def _remove_stale_leaves_best_effort(parent: Path) -> None:
+    """Remove leaves left by a server that died (e.g. SIGKILL) before cleaning up.
+
+    Their processes died with it (bwrap's --die-with-parent), so the leaves are empty. A leaf
+    whose server pid is alive is left alone, even if that pid now belongs to another process.
+    """
+    for leaf in parent.glob("cmd-*-*"):
+        owner = leaf.name.split("-")[1]
+        if not owner.isdigit() or Path(f"/proc/{owner}").exists():
+            continue
+        try:
+            leaf.rmdir()
+        except OSError as exc:
+            logger.warning("could not remove stale cgroup %s: %s", leaf, exc)
 
 
 def _own_paths(text: str) -> dict[str, str]:
@@ -106,7 +123,8 @@ class CommandCgroup:
         cls, host: CgroupHost, limits: ResourceLimits, *, joiner_uid: int | None
     ) -> CommandCgroup:
         """Create leaves with `limits` applied; `joiner_uid` is the uid that will join them."""
-        name = f"cmd-{uuid.uuid4().hex[:12]}"
+        # The server's pid in the name tells a later server which leaves are orphans.
+        name = f"cmd-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         leaves: list[Path] = []
         cgroup = cls(leaves)
         try:

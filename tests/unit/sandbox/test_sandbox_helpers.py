@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 import tempfile
@@ -94,3 +95,22 @@ def test_cgroup_discovery_reports_missing_controllers(tmp_path: Path) -> None:
     assert host.parents == {}
     assert set(host.unavailable) == {"memory", "pids"}
     assert "memory unused" in host.describe()
+
+
+def test_cgroup_discovery_removes_leaves_of_dead_servers() -> None:
+    host = discover_cgroups()
+    if not host.parents:
+        pytest.skip(f"no writable cgroup v1 hierarchy here: {host.describe()}")
+    parent = next(iter(host.parents.values()))
+    orphan = parent / f"cmd-{2**22 + 1}-0123456789ab"  # above pid_max's default: never alive
+    alive = parent / f"cmd-{os.getpid()}-0123456789ab"
+    orphan.mkdir()
+    alive.mkdir()
+    try:
+        discover_cgroups()
+        assert not orphan.exists()
+        assert alive.exists()
+    finally:
+        for leaf in (orphan, alive):
+            if leaf.exists():
+                leaf.rmdir()
