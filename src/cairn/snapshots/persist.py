@@ -24,6 +24,7 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from cairn.snapshots import layout
 from cairn.snapshots._content import iter_stored_content, open_for_read, stored_length
@@ -41,6 +42,7 @@ __all__ = ["Progress", "PersistRequest", "PersistResult", "persist_workspace", "
 
 SMALL_FILE_LIMIT = 8 * 1024 * 1024
 SHARED_PACK_TARGET = 32 * 1024 * 1024
+_PARALLEL_SMALL_FILES = 64
 
 Progress = Callable[[int, int], None]
 """Called with (bytes done, bytes total) from a worker thread; must be cheap and thread-safe."""
@@ -82,7 +84,7 @@ class _Storer:
         self._index = index
         self._lock = threading.Lock()
         self._pending: dict[str, BlobLocation] = {}
-        self._shared: PackWriter | None = None
+        self._shared: dict[int, PackWriter] = {}
         self._open_packs: set[PackWriter] = set()
         self.packs: list[PackIndex] = []
         self.new_bytes = 0
@@ -102,7 +104,11 @@ class _Storer:
             done = self._done
         self._progress(done, self._total)
 
-    def store_small(self, path: str, entry: ScannedEntry) -> BlobLocation:
+    def store_small_batch(self, root: str, entries: list[ScannedEntry], lane: int) -> list[BlobLocation]:
+        """Store small files into this lane's shared pack; lanes run on different threads."""
+        return [self.store_small(os.path.join(root, entry.path), entry, lane) for entry in entries]
+
+    def store_small(self, path: str, entry: ScannedEntry, lane: int) -> BlobLocation:
         fd = open_for_read(path)
         try:
             data = b"".join(iter_stored_content(fd, entry))
@@ -112,11 +118,13 @@ class _Storer:
         digest = hashlib.sha256(data).hexdigest()
         location = self._known(digest)
         if location is None:
-            if self._shared is None or self._shared.size >= SHARED_PACK_TARGET:
-                self._commit_shared()
-                self._shared = self._open_pack()
-            self._shared.write(data)
-            location = self._shared.end_blob(digest)
+            shared = self._shared.get(lane)
+            if shared is None or shared.size >= SHARED_PACK_TARGET:
+                if shared is not None:
+                    self._close_pack(shared, commit=True)
+                shared = self._shared[lane] = self._open_pack()
+            shared.write(data)
+            location = shared.end_blob(digest)
             with self._lock:
                 self._pending[digest] = location
                 self.new_bytes += len(data)
@@ -168,13 +176,10 @@ class _Storer:
         with self._lock:
             self.packs.append(index)
 
-    def _commit_shared(self) -> None:
-        if self._shared is not None:
-            self._close_pack(self._shared, commit=True)
-            self._shared = None
-
     def finish(self) -> None:
-        self._commit_shared()
+        for shared in self._shared.values():
+            self._close_pack(shared, commit=True)
+        self._shared = {}
         # Packs join the tenant index only once committed, so no concurrent persist can come to
         # depend on bytes that might still be aborted.
         for index in self.packs:
@@ -228,22 +233,31 @@ def _persist(objects: ObjectStore, index: BlobIndex, executor: Executor, request
             locations[entry.path] = known
     storer = _Storer(objects, index, sum(stored_length(entry) for entry in to_store), request.progress)
     root = str(request.workspace)
-    large: list[tuple[ScannedEntry, Future[BlobLocation]]] = []
+    small = [entry for entry in to_store if stored_length(entry) <= SMALL_FILE_LIMIT]
+    # Half of the small files go to a worker, half stay on this thread: opening files costs
+    # more than reading them here, and the two halves overlap. Large files queue behind.
+    half = len(small) // 2 if len(small) >= _PARALLEL_SMALL_FILES else 0
+    futures: list[Future[Any]] = []
     try:
-        for entry in to_store:
-            if stored_length(entry) > SMALL_FILE_LIMIT:
-                path = os.path.join(root, entry.path)
-                large.append((entry, executor.submit(storer.store_large, path, entry)))
-        for entry in to_store:
-            if stored_length(entry) <= SMALL_FILE_LIMIT:
-                locations[entry.path] = storer.store_small(os.path.join(root, entry.path), entry)
+        other_half = executor.submit(storer.store_small_batch, root, small[:half], 1)
+        futures.append(other_half)
+        large = [
+            (entry, executor.submit(storer.store_large, os.path.join(root, entry.path), entry))
+            for entry in to_store
+            if stored_length(entry) > SMALL_FILE_LIMIT
+        ]
+        futures.extend(future for _entry, future in large)
+        for entry, stored in zip(small[half:], storer.store_small_batch(root, small[half:], 0), strict=True):
+            locations[entry.path] = stored
+        for entry, stored in zip(small[:half], other_half.result(), strict=True):
+            locations[entry.path] = stored
         for entry, future in large:
             locations[entry.path] = future.result()
         storer.finish()
     except BaseException:
-        for _entry, future in large:
+        for future in futures:
             future.cancel()
-        for _entry, future in large:
+        for future in futures:
             # A running worker must finish (or fail) before its pack can be aborted.
             if not future.cancelled():
                 future.exception()
@@ -291,7 +305,8 @@ def _persist(objects: ObjectStore, index: BlobIndex, executor: Executor, request
 
 
 def _tree_entry(entry: ScannedEntry, location: BlobLocation | None) -> TreeEntry:
-    return TreeEntry(
+    # model_construct: every field comes from lstat or from this persist, nothing to validate.
+    return TreeEntry.model_construct(
         path=entry.path,
         kind=entry.kind,
         mode=entry.mode,

@@ -227,3 +227,22 @@ async def test_gc_condemns_first_and_deletes_only_after_the_grace_period(
     young = await store.gc(scope.tenant_id, Retention(keep_last=1), grace_s=3600)
     assert (young.snapshots_deleted, young.packs_condemned, young.packs_deleted) == (1, 0, 0)
     assert len(list(store.objects.list(layout.packs_prefix(scope.tenant_id)))) == 2
+
+
+async def test_many_small_files_round_trip_and_are_stored_once(
+    store: ContentAddressedSnapshotStore, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    for index in range(150):
+        (workspace / f"f{index:03d}").write_bytes(os.urandom(100 + index))
+    (workspace / "duplicate-a").write_bytes(b"same" * 100)
+    (workspace / "duplicate-b").write_bytes(b"same" * 100)
+    scope = new_scope()
+    result = await persist(store, scope, workspace)
+    assert result.snapshot.new_bytes <= sum(100 + index for index in range(150)) + 2 * 400
+    target = tmp_path / "target"
+    await store.restore(scope, target)
+    assert describe_tree(target) == describe_tree(workspace)
+    again = await persist(store, new_scope(scope.tenant_id), workspace)
+    assert again.snapshot.new_bytes == 0
