@@ -236,3 +236,20 @@ async def test_mount_registered_at_runtime_is_excluded_and_kept(
         path: item for path, item in before.items() if path != "code"
     }
     assert (tmp_path / "ws" / "code").read_text() == "mine"
+
+
+async def test_a_restored_workspace_is_reused_next_time(store: ContentAddressedSnapshotStore, tmp_path: Path) -> None:
+    from cairn.snapshots.testing import build_fidelity_workspace
+
+    first = lifecycle(store, tmp_path)
+    await first.start()
+    build_fidelity_workspace(tmp_path / "ws", sparse_size=8 * 1024 * 1024)
+    await first.stop()
+    await first.shutdown()
+    os.rename(tmp_path / "ws", tmp_path / "gone")
+
+    second = lifecycle(store, tmp_path)
+    assert (await second.start()).outcome is StartOutcome.RESTORED
+    await second.shutdown()
+    third = lifecycle(store, tmp_path)
+    assert (await third.start()).outcome is StartOutcome.REUSED
