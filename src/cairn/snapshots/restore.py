@@ -378,7 +378,9 @@ def _write_empty(path: str, entry: TreeEntry, is_root: bool) -> None:
 
 def _finish_file(target: _Target, is_root: bool) -> None:
     entry = target.entry
-    os.ftruncate(target.fd, entry.size)
+    if entry.extents is not None or entry.blob is None:
+        # Sparse files end in a hole (or are all hole): the size comes from truncation.
+        os.ftruncate(target.fd, entry.size)
     if is_root:
         os.fchown(target.fd, entry.uid, entry.gid)
     # chmod after chown: chown clears set-id bits.
