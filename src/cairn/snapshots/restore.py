@@ -134,11 +134,19 @@ def restore_workspace(
             "the workspace was not touched",
             context={"snapshot_id": info.snapshot_id},
         ) from error
-    workspace.mkdir(parents=True, exist_ok=True)
-    _check_same_device(workspace)
-    _remove_leftovers_best_effort(workspace)
     staging = workspace.parent / f".{workspace.name}{STAGING_MARKER}{secrets.token_hex(6)}"
-    staging.mkdir(mode=0o700)
+    try:
+        workspace.mkdir(parents=True, exist_ok=True)
+        if workspace.is_symlink():
+            raise NotADirectoryError(f"{workspace} is a symlink; workspaces are never followed")
+        _check_same_device(workspace)
+        _remove_leftovers_best_effort(workspace)
+        staging.mkdir(mode=0o700)
+    except OSError as error:
+        raise RestoreIncompleteError(
+            f"restore incomplete: cannot prepare {workspace} ({error}); the workspace was not touched",
+            context={"snapshot_id": info.snapshot_id},
+        ) from error
     try:
         _stage(objects, executor, info, entries, staging, progress)
     except BaseException as error:
@@ -151,7 +159,7 @@ def restore_workspace(
             ) from error
         raise
     _swap(workspace, staging, exclusions, entries, info)
-    return _stat_cache_for(workspace, entries)
+    return _stat_cache_for_best_effort(workspace, entries)
 
 
 def _check_same_device(workspace: Path) -> None:
@@ -455,12 +463,17 @@ def _swap(
     _remove_tree_best_effort(staging)
 
 
-def _stat_cache_for(workspace: Path, entries: list[TreeEntry]) -> StatCache:
+def _stat_cache_for_best_effort(workspace: Path, entries: list[TreeEntry]) -> StatCache:
+    """The stat cache of the files just restored; empty (next check re-hashes) if a stat fails."""
     started_ns = time.time_ns()
     observations: list[tuple[str, StatKey, str]] = []
-    for entry in entries:
-        if entry.kind == "file" and entry.blob is not None:
-            st = os.lstat(workspace / entry.path)
-            key = StatKey(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_dev)
-            observations.append((entry.path, key, entry.blob.digest))
+    try:
+        for entry in entries:
+            if entry.kind == "file" and entry.blob is not None:
+                st = os.lstat(workspace / entry.path)
+                key = StatKey(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_dev)
+                observations.append((entry.path, key, entry.blob.digest))
+    except OSError as error:
+        logger.warning("restored %s but could not stat it for the cache: %s", workspace, error)
+        return StatCache()
     return StatCache.from_observations(observations, scan_started_ns=started_ns)
