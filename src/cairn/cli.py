@@ -120,6 +120,15 @@ async def _db(args: argparse.Namespace, settings: Settings) -> None:
         await db.dispose()
 
 
+def _demo(args: argparse.Namespace) -> None:
+    from cairn.demo import run_demo
+
+    data_dir = Path(args.data_dir) if args.data_dir else None
+    result = run_demo(model=args.model, output_dir=Path(args.output_dir), data_dir=data_dir)
+    if not result.succeeded:
+        raise CairnError(f"the demo did not complete: turns {', '.join(result.turn_statuses)}", code="demo_failed")
+
+
 def _doctor(settings: Settings) -> None:
     from cairn.sandbox.doctor import describe_host
 
@@ -153,6 +162,11 @@ def _parser() -> argparse.ArgumentParser:
     db_sub.add_parser("upgrade", parents=[common], help="migrate the schema to this version of Cairn")
     db_sub.add_parser("status", parents=[common], help="print the schema revision")
 
+    demo = sub.add_parser("demo", help="run the tree.py tutorial on a fresh server and print it live")
+    demo.add_argument("--model", default=None, help="model to use (default: OpenAI endpoint, local model, or scripted)")
+    demo.add_argument("--output-dir", default="cairn-demo-output", help="where the published tree.py is saved")
+    demo.add_argument("--data-dir", default=None, help="keep the server's state here (default: a temporary directory)")
+
     doctor = sub.add_parser("doctor", parents=[common], help="show the sandbox backend, its isolation and limits")
     doctor.add_argument("--sandbox", default=None)
     return parser
@@ -160,8 +174,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    level = logging.INFO if args.command == "serve" else logging.WARNING
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        if args.command == "demo":
+            _demo(args)
+            return 0
         settings = _settings(args)
         if args.command == "serve":
             anyio.run(_serve, settings)

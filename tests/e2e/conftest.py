@@ -14,7 +14,7 @@ import pytest
 from cairn.testing.server import CairnServer
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT_DIRS = (ROOT / "examples" / "scripts", Path(__file__).parent / "scripts")
+SCRIPT_DIRS = (ROOT / "src" / "cairn" / "demo_scripts", Path(__file__).parent / "scripts")
 
 
 @pytest.fixture(scope="session")

@@ -64,11 +64,6 @@ def _openai_model(name: str, settings: Settings) -> Model:
 
 
 def _local_model(name: str, settings: Settings) -> Model:
-    try:
-        from cairn.models.local import create_local_model
-    except ImportError as exc:
-        raise InvalidRequestError(
-            "local models need the `local` extra: run `scripts/bootstrap local` (or pip install 'cairn[local]')",
-            param="agent.model",
-        ) from exc
+    from cairn.models.local import create_local_model
+
     return create_local_model(name, settings.data_dir / "models")

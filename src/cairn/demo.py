@@ -1,0 +1,171 @@
+"""`cairn demo`: the tree.py tutorial end to end, printed live.
+
+It starts a `cairn serve` process on a free port, creates a session, and asks the agent
+(1) to write tree.py and run it, (2) to add `--max-depth`, run it and copy it to
+`/workspace/outputs/`; then it downloads the published artifact. The model is the first
+available of: the one named with `--model`, an OpenAI-compatible endpoint
+(`OPENAI_API_KEY`), the offline local model (the `local` extra), and a scripted model that
+needs nothing. The user is told which one ran and how to enable the others.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from cairn.errors import CairnError
+from cairn.models.local import is_local_model_installed
+from cairn.testing.server import CairnServer
+
+__all__ = ["DemoResult", "EventPrinter", "choose_model", "run_demo"]
+
+SCRIPTS_DIR = Path(__file__).with_name("demo_scripts")
+LOCAL_MODEL = "local:qwen2.5-coder-1.5b"
+INSTRUCTIONS = (
+    "You are a coding agent. Your workspace is /workspace; run commands with the shell tool and create "
+    "files with write_file or apply_patch. Finish each task, check that it works, then answer in one short sentence."
+)
+PROMPTS = (
+    "Write a Python script /workspace/tree.py that prints the directory tree of the path given as its first "
+    "argument (default: the current directory), like the `tree` command. Then create a few sample folders and "
+    "files under /workspace/demo and run `python3 tree.py demo`.",
+    "Add a --max-depth N option to tree.py that limits how deep the tree goes, run `python3 tree.py demo "
+    "--max-depth 1`, then copy the script to /workspace/outputs/tree.py.",
+)
+
+
+def choose_model(explicit: str | None, environ: dict[str, str] | os._Environ[str] = os.environ) -> tuple[str, list[str]]:
+    """The model to use and the hints to print about the other options."""
+    hints = []
+    if not environ.get("OPENAI_API_KEY"):
+        hints.append("real model: export OPENAI_API_KEY=… (plus OPENAI_BASE_URL=… for another OpenAI-compatible server)")
+    if not is_local_model_installed():
+        hints.append("offline local model: scripts/bootstrap local   (then: cairn demo --model " + LOCAL_MODEL + ")")
+    if explicit:
+        return explicit, hints
+    if environ.get("OPENAI_API_KEY"):
+        return "openai:" + environ.get("CAIRN_DEMO_MODEL", "gpt-4.1-mini"), hints
+    if is_local_model_installed():
+        return LOCAL_MODEL, hints
+    return "scripted:tree", hints
+
+
+@dataclass
+class EventPrinter:
+    """Renders session events for a person: text as it streams, commands and their output."""
+
+    out: TextIO = sys.stdout
+    in_text: bool = False
+    turn_status: dict[str, str] = field(default_factory=dict)
+
+    def _line(self, text: str) -> None:
+        if self.in_text:
+            self.out.write("\n")
+            self.in_text = False
+        self.out.write(text + "\n")
+
+    def handle(self, event: dict[str, Any]) -> None:
+        kind = event.get("type", "")
+        if kind == "agent.session.turn.created":
+            self._line(f"\n── turn {event['turn_id']} ──")
+        elif kind == "agent.session.turn.item.added":
+            self._item_added(event["item"])
+        elif kind == "agent.session.turn.content_part.added":
+            self._line("agent › ")
+            self.in_text = True
+        elif kind == "agent.session.turn.output_text.delta":
+            self.out.write(event["delta"])
+            self.in_text = True
+        elif kind == "agent.output.command_execution_output.delta":
+            self.out.write("│ " + event["delta"].replace("\n", "\n│ ").removesuffix("│ ") if not self.in_text else event["delta"])
+        elif kind == "agent.session.turn.item.done" and event["item"]["type"] == "command_execution":
+            item = event["item"]
+            self._line(f"└ exit {item.get('exit_code')} ({item.get('duration_ms')} ms)")
+        elif kind in ("agent.session.turn.completed", "agent.session.turn.failed", "agent.session.turn.cancelled"):
+            turn = event["turn"]
+            self.turn_status[turn["id"]] = turn["status"]
+            error = f": {turn['error']['message']}" if turn.get("error") else ""
+            self._line(f"── turn {turn['status']}{error} ──")
+        self.out.flush()
+
+    def _item_added(self, item: dict[str, Any]) -> None:
+        if item["type"] == "message" and item.get("role") == "user":
+            text = " ".join(p.get("text", "") for p in item.get("content", []))
+            self._line(f"you › {text}")
+        elif item["type"] == "command_execution":
+            self._line(f"$ {item.get('command')}")
+        elif item["type"] == "function_call":
+            arguments = str(item.get("arguments"))
+            self._line(f"→ {item.get('name')}({arguments[:120]}{'…' if len(arguments) > 120 else ''})")
+        elif item["type"] == "function_call_output":
+            text = str(item.get("output") if item.get("output") is not None else f"error: {item.get('error')}")
+            self._line(f"← {text.splitlines()[0][:160] if text else ''}")
+
+
+@dataclass(frozen=True, slots=True)
+class DemoResult:
+    model: str
+    turn_statuses: tuple[str, ...]
+    artifact: Path | None
+    seconds_per_turn: tuple[float, ...]
+
+    @property
+    def succeeded(self) -> bool:
+        return self.turn_statuses == ("completed", "completed") and self.artifact is not None
+
+
+def _run_turns(server: CairnServer, model: str, printer: EventPrinter, output_dir: Path) -> DemoResult:
+    timings = []
+    with server.client(timeout=900.0) as client:
+        sessions = client.beta.agents.sessions
+        session = sessions.create(agent={"model": model, "instructions": INSTRUCTIONS}, environment={"type": "openai_hosted"})
+        for prompt in PROMPTS:
+            started = time.monotonic()
+            with sessions.stream(session.id, input=prompt) as stream:
+                for event in stream:
+                    printer.handle(json.loads(event.to_json()))
+            timings.append(time.monotonic() - started)
+        statuses = tuple(t.status for t in sessions.turns.list(session.id, order="asc"))
+        artifact = next((a for a in sessions.artifacts.list(session.id) if a.path == "/workspace/outputs/tree.py"), None)
+        target = None
+        if artifact is not None:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            target = output_dir / "tree.py"
+            with sessions.artifacts.with_streaming_response.content(artifact.id, session_id=session.id) as response:
+                response.stream_to_file(target)
+    return DemoResult(model=model, turn_statuses=statuses, artifact=target, seconds_per_turn=tuple(timings))
+
+
+def run_demo(*, model: str | None, output_dir: Path, data_dir: Path | None, out: TextIO = sys.stdout) -> DemoResult:
+    chosen, hints = choose_model(model)
+    out.write(f"cairn demo: model {chosen}\n")
+    for hint in hints:
+        out.write(f"  to use a {hint}\n")
+    # A fresh data dir under /tmp, traversable by the sandbox's unprivileged uid.
+    root = None
+    if data_dir is None:
+        root = Path(tempfile.mkdtemp(prefix="cairn-demo-"))
+        os.chmod(root, 0o711)
+        data_dir = root / "data"
+    server = CairnServer(data_dir, scripts_dir=SCRIPTS_DIR)
+    try:
+        server.start()
+        out.write(f"cairn demo: server at {server.base_url} (data in {data_dir})\n")
+        result = _run_turns(server, chosen, EventPrinter(out=out), output_dir)
+    except RuntimeError as exc:
+        raise CairnError(f"the demo server failed: {exc}", code="demo_failed") from exc
+    finally:
+        server.stop()
+        if root is not None:
+            shutil.rmtree(root)
+    timings = ", ".join(f"{s:.1f} s" for s in result.seconds_per_turn)
+    out.write(f"\ncairn demo: turns {', '.join(result.turn_statuses)} ({timings}); ")
+    out.write(f"artifact saved to {result.artifact}\n" if result.artifact else "no artifact was published\n")
+    return result
