@@ -77,5 +77,10 @@ async def close_turn(
         await interrupt_open_items(tx, turn, f"turn {status}")
     closed = await update_turn(tx.conn, turn.id, status=status, error=error, completed_at=time.time(), lease_token=None)
     tx.emit(turn_event(status, closed, usage=render_usage(closed.usage)))
+    if closed.usage:
+        session = await get_session(tx.conn, turn.session_id)
+        assert session is not None
+        total = {k: int((session.usage or {}).get(k, 0)) + int(v) for k, v in closed.usage.items()}
+        await update_session(tx.conn, turn.session_id, usage=total)
     await advance_session(tx, turn.session_id)
     return closed

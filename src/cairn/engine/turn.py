@@ -45,8 +45,8 @@ from cairn.models.base import Model, ModelRequest, ModelResponse, TextDelta, Too
 from cairn.sandbox.base import WORKSPACE_MOUNT, ExecRequest
 from cairn.store.items import ItemRecord, insert_item, pending_client_calls, session_items, turn_items, update_item
 from cairn.store.jobs import Job, complete_job
-from cairn.store.sessions import SessionRecord, get_session, update_session
-from cairn.store.turns import TurnRecord, claim_output_indexes, get_turn, update_turn
+from cairn.store.sessions import SessionRecord, get_session
+from cairn.store.turns import TurnRecord, get_turn, update_turn
 
 __all__ = ["TurnRunner"]
 
@@ -71,10 +71,24 @@ class _TurnContext:
     # all of the turn's writes, so deltas never overtake the events that follow them.
     deltas: list[dict[str, Any]] = field(default_factory=list)
     write_lock: anyio.Lock = field(default_factory=anyio.Lock)
+    # The session's items, loaded once per job and kept current by this worker's own
+    # writes; reloaded only after the client may have added tool results.
+    history: list[ItemRecord] = field(default_factory=list)
+    next_output_index: int = 0
 
     def take_deltas(self) -> list[dict[str, Any]]:
         taken, self.deltas = self.deltas, []
         return taken
+
+    def remember(self, item: ItemRecord) -> None:
+        for index in range(len(self.history) - 1, -1, -1):
+            if self.history[index].id == item.id:
+                self.history[index] = item
+                return
+        self.history.append(item)
+
+    def open_items(self, tool_kind: str) -> list[ItemRecord]:
+        return [i for i in self.history if i.turn_id == self.turn.id and i.tool_kind == tool_kind and i.status == "in_progress"]
 
 
 class TurnRunner:
@@ -138,6 +152,7 @@ class TurnRunner:
                 await self._recover(tx, turn)
             session = await get_session(tx.conn, job.session_id)
             assert session is not None
+            history = await session_items(tx.conn, session.id)
         try:
             model = self.rt.resolve_model(session.agent["model"])
         except CairnError as exc:
@@ -156,6 +171,8 @@ class TurnRunner:
             tools=tools,
             fence=Fence(turn.id, job.lease_token),
             client_tool_names=frozenset(t.name for t in client_tools),
+            history=history,
+            next_output_index=turn.next_output_index,
         )
 
     async def _start(self, tx: Transaction, turn: TurnRecord, session: SessionRecord, job: Job) -> TurnRecord:
@@ -207,6 +224,8 @@ class TurnRunner:
         async with ctx.write_lock, self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
             tx.emit(*ctx.take_deltas())
             yield tx
+            if ctx.next_output_index != ctx.turn.next_output_index:
+                ctx.turn = await update_turn(tx.conn, ctx.turn.id, next_output_index=ctx.next_output_index)
 
     async def _flush_deltas(self, ctx: _TurnContext) -> None:
         while True:
@@ -228,23 +247,22 @@ class TurnRunner:
             if turn is None or turn.cancel_requested:
                 scope.cancel()
                 return
-            await self.rt.notifier.wait_session(ctx.session.id, self.rt.settings.poll_interval_s)
+            await anyio.sleep(self.rt.settings.poll_interval_s)
 
     # -- the loop ---------------------------------------------------------------------
 
     async def _loop(self, ctx: _TurnContext) -> None:
         while True:
-            async with self.rt.db.read() as conn:
-                open_calls = [
-                    i for i in await turn_items(conn, ctx.turn.id) if i.tool_kind == "workspace" and i.status == "in_progress"
-                ]
-            for item in open_calls:
+            for item in ctx.open_items("workspace"):
                 await self._execute(ctx, item)
-            async with self._write(ctx) as tx:
-                waiting = await pending_client_calls(tx.conn, ctx.turn.id)
-                if waiting:
-                    await self._wait_for_client(tx, ctx, waiting)
-                    return
+            if ctx.open_items("client"):
+                async with self._write(ctx) as tx:
+                    waiting = await pending_client_calls(tx.conn, ctx.turn.id)
+                    if waiting:
+                        await self._wait_for_client(tx, ctx, waiting)
+                        return
+                    # The client answered while the workspace calls ran: take its results.
+                    ctx.history = await session_items(tx.conn, ctx.session.id)
             response = await self._model_step(ctx)
             if not response.tool_calls:
                 await self._complete(ctx)
@@ -279,10 +297,7 @@ class TurnRunner:
         for attempt in range(1, _MODEL_ATTEMPTS + 1):
             message: ItemRecord | None = None
             try:
-                async with self.rt.db.read() as conn:
-                    history = await session_items(conn, ctx.session.id)
-                    turn = await get_turn(conn, ctx.turn.id)
-                assert turn is not None
+                turn = ctx.turn
                 request = ModelRequest(
                     session_id=ctx.session.id,
                     turn_id=turn.id,
@@ -290,7 +305,7 @@ class TurnRunner:
                     step=turn.step,
                     model=str(ctx.session.agent["model"]),
                     instructions=ctx.session.agent.get("instructions"),
-                    input=build_model_input(history),
+                    input=build_model_input(ctx.history),
                     tools=ctx.tools,
                     text_format=(ctx.session.agent.get("text") or {}).get("format"),
                     reasoning_effort=(ctx.session.agent.get("reasoning") or {}).get("effort"),
@@ -317,8 +332,9 @@ class TurnRunner:
         raise AssertionError("unreachable")
 
     async def _new_item(self, tx: Transaction, ctx: _TurnContext, type_: str, data: dict[str, Any], **cols: Any) -> ItemRecord:
-        output_index = await claim_output_indexes(tx.conn, ctx.turn.id, 1)
-        return await insert_item(
+        output_index = ctx.next_output_index
+        ctx.next_output_index += 1
+        item = await insert_item(
             tx.conn,
             ItemRecord(
                 id=new_item_id(),
@@ -333,6 +349,8 @@ class TurnRunner:
                 created_at=time.time(),
             ),
         )
+        ctx.remember(item)
+        return item
 
     async def _open_message(self, ctx: _TurnContext) -> ItemRecord:
         async with self._write(ctx) as tx:
@@ -347,6 +365,7 @@ class TurnRunner:
     async def _abandon_message(self, ctx: _TurnContext, message: ItemRecord) -> None:
         async with self._write(ctx) as tx:
             closed = await update_item(tx.conn, message.id, status="incomplete", data=message.data)
+            ctx.remember(closed)
             tx.emit(item_event("done", closed, closed.output_index))
 
     async def _record_step(self, ctx: _TurnContext, message: ItemRecord | None, response: ModelResponse) -> None:
@@ -361,18 +380,17 @@ class TurnRunner:
                     text_part_event("output_text.delta", message, message.output_index, delta=response.text),
                 )
             if message is not None:
-                await self._close_message(tx, message, response)
+                ctx.remember(await self._close_message(tx, message, response))
             for call in response.tool_calls:
                 await self._record_call(tx, ctx, call)
             turn = tx.fenced_turn
             assert turn is not None
             usage = _add_usage(turn.usage, response.usage)
-            ctx.turn = await update_turn(tx.conn, turn.id, step=turn.step + 1, usage=usage)
-            session = await get_session(tx.conn, ctx.session.id)
-            assert session is not None
-            await update_session(tx.conn, session.id, usage=_add_usage(session.usage, response.usage))
+            ctx.turn = await update_turn(
+                tx.conn, turn.id, step=turn.step + 1, usage=usage, next_output_index=ctx.next_output_index
+            )
 
-    async def _close_message(self, tx: Transaction, message: ItemRecord, response: ModelResponse) -> None:
+    async def _close_message(self, tx: Transaction, message: ItemRecord, response: ModelResponse) -> ItemRecord:
         text = response.text or ""
         part = {"type": "output_text", "text": text, "annotations": []}
         phase = "commentary" if response.tool_calls else "final_answer"
@@ -386,6 +404,7 @@ class TurnRunner:
             text_part_event("content_part.done", closed, index, part=part),
             item_event("done", closed, index),
         )
+        return closed
 
     async def _record_call(self, tx: Transaction, ctx: _TurnContext, call: ToolCall) -> None:
         arguments = json.dumps(dict(call.arguments), ensure_ascii=False)
@@ -435,9 +454,12 @@ class TurnRunner:
         async with self._write(ctx) as tx:
             done = await update_item(tx.conn, item.id, status="completed" if error is None else "failed", data=item.data)
             tx.emit(item_event("done", done, done.output_index))
-            await self._record_call_output(tx, done, output=output, error=error)
+            ctx.remember(done)
+            ctx.remember(await self._record_call_output(tx, done, output=output, error=error))
 
-    async def _record_call_output(self, tx: Transaction, call: ItemRecord, *, output: str | None, error: str | None) -> None:
+    async def _record_call_output(
+        self, tx: Transaction, call: ItemRecord, *, output: str | None, error: str | None
+    ) -> ItemRecord:
         data: dict[str, Any] = {"call_id": call.call_id}
         if error is None:
             data["output"] = output
@@ -459,6 +481,7 @@ class TurnRunner:
             ),
         )
         tx.emit(item_event("added", item, None))
+        return item
 
     async def _run_shell(self, ctx: _TurnContext, item: ItemRecord, arguments: Mapping[str, Any]) -> None:
         data = dict(item.data)
@@ -511,6 +534,7 @@ class TurnRunner:
         async with self._write(ctx) as tx:
             done = await update_item(tx.conn, item.id, status=status, data=data)
             tx.emit(item_event("done", done, done.output_index))
+            ctx.remember(done)
 
 
 def _decode_arguments(raw: Any) -> Mapping[str, Any]:

@@ -19,7 +19,6 @@ from cairn.store.tables import turns
 __all__ = [
     "ACTIVE_STATUSES",
     "TurnRecord",
-    "claim_output_indexes",
     "fence_turn",
     "get_turn",
     "insert_turn",
@@ -115,14 +114,3 @@ async def fence_turn(conn: AsyncConnection, turn_id: str, lease_token: int) -> T
     if row is None:
         raise LeaseLostError(f"turn {turn_id} is no longer owned by lease {lease_token}")
     return _record(row)
-
-
-async def claim_output_indexes(conn: AsyncConnection, turn_id: str, count: int) -> int:
-    """Reserve `count` consecutive output indexes of the turn; returns the first."""
-    stmt = (
-        sa.update(turns)
-        .where(turns.c.id == turn_id)
-        .values(next_output_index=turns.c.next_output_index + count)
-        .returning(turns.c.next_output_index)
-    )
-    return int((await conn.execute(stmt)).scalar_one()) - count
