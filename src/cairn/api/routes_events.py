@@ -2,7 +2,8 @@
 
 The stream is live-only unless the caller asks for `starting_after=N` (a Cairn extension
 the official client never sends): then every stored event after N is replayed first and
-the stream continues live with no gap or duplicate (issue 5).
+the stream continues live with no gap or duplicate (issue 5). Either way the response
+header `x-cairn-starting-after` names the sequence number the stream starts after.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from cairn.api.schemas import EventsBody
 from cairn.api.sse import event_stream, sse_response
 from cairn.errors import InvalidRequestError
 
-__all__ = ["routes"]
+__all__ = ["STARTING_AFTER_HEADER", "routes"]
+
+STARTING_AFTER_HEADER = "x-cairn-starting-after"
 
 _MAX_IDEMPOTENCY_KEY = 255
 
@@ -53,7 +56,14 @@ async def get_events(request: Request) -> Response:
         if not raw_after.isdigit():
             raise InvalidRequestError("starting_after must be a non-negative integer sequence number", param="starting_after")
         after = int(raw_after)
-    return sse_response(event_stream(ctx.runtime, session_id, after))
+        if after > session.last_event_seq:
+            raise InvalidRequestError(
+                f"starting_after={after} is beyond the session's last event ({session.last_event_seq})",
+                param="starting_after",
+            )
+    # The position the stream starts after, so a client that subscribes live can resume
+    # from it if the connection drops before the first event arrives.
+    return sse_response(event_stream(ctx.runtime, session_id, after), headers={STARTING_AFTER_HEADER: str(after)})
 
 
 routes = [

@@ -1,9 +1,10 @@
 """The write path for everything that happens in a session: state changes plus their events.
 
 A `Journal.transaction` gathers the events a change emits and appends them to the log in
-the same database transaction (design invariant 1: durable before sent); subscribers are
-woken only after the commit. A worker's transaction can be fenced by its lease token so a
-worker that lost its lease cannot write (style: storage).
+the same database transaction (design invariant 1: durable before sent); the committed
+records are handed to this process's subscribers only after the commit. A worker's
+transaction can be fenced by its lease token so a worker that lost its lease cannot write
+(style: storage).
 """
 
 from __future__ import annotations
@@ -55,6 +56,6 @@ class Journal:
             yield tx
             tx.appended = await append_events(conn, session_id, tx.pending)
         if tx.appended:
-            self.notifier.session_changed(session_id)
+            self.notifier.session_changed(session_id, tx.appended)
         if tx.jobs_queued:
             self.notifier.job_queued()

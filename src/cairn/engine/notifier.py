@@ -1,26 +1,111 @@
-"""In-process wake-ups: "something changed for session S" and "a job was queued".
+"""In-process wake-ups and fan-out: "session S appended these events", "a job was queued".
 
-Only a latency optimisation. Subscribers and workers also poll the database, so a change
-made by another process is seen within one poll interval; a change made in this process
-wakes them at once.
+Only a latency optimisation over the event log, never a second source of truth. After a
+journal transaction commits (design invariant 1: durable before sent), its records are
+handed to every `Subscription` of the session in this process, so a subscriber that is
+caught up sends them without reading the database. Each subscription buffers at most
+`max_buffered` records: `publish` never waits, so a slow subscriber cannot block the turn
+or other subscribers; one that falls further behind loses its buffer and reads the log
+from its own position instead (`Subscription.take` reports that). Appends made by other
+processes arrive by polling the database, so a subscriber also wakes every poll interval.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
 import anyio
 
-__all__ = ["Notifier"]
+from cairn.store.events import EventRecord
+
+__all__ = ["DEFAULT_MAX_BUFFERED", "Notifier", "Subscription"]
+
+DEFAULT_MAX_BUFFERED = 4096
+
+
+class Subscription:
+    """One subscriber's bounded inbox of freshly committed records for one session."""
+
+    __slots__ = ("_buffer", "_overflowed", "_wakeup", "max_buffered", "session_id")
+
+    def __init__(self, session_id: str, max_buffered: int) -> None:
+        self.session_id = session_id
+        self.max_buffered = max_buffered
+        self._buffer: list[EventRecord] = []
+        self._overflowed = False
+        self._wakeup = anyio.Event()
+
+    def _offer(self, records: Sequence[EventRecord]) -> None:
+        if not self._overflowed:
+            if len(self._buffer) + len(records) > self.max_buffered:
+                # Too far behind: drop the buffer; the subscriber catches up from the log.
+                self._buffer = []
+                self._overflowed = True
+            else:
+                self._buffer.extend(records)
+        self._wakeup.set()
+
+    def _nudge(self) -> None:
+        self._wakeup.set()
+
+    def take(self) -> tuple[list[EventRecord], bool]:
+        """Return (buffered records in publish order, whether some were dropped) and empty the inbox.
+
+        Publish order need not be sequence order: two transactions of one session can
+        finish their commits in either order. The caller sorts, and reads the log when the
+        records do not continue its position without a gap.
+        """
+        records, overflowed = self._buffer, self._overflowed
+        self._buffer, self._overflowed = [], False
+        if self._wakeup.is_set():
+            self._wakeup = anyio.Event()
+        return records, overflowed
+
+    def has_pending(self) -> bool:
+        """Whether records were published (or dropped) since the last `take`."""
+        return bool(self._buffer) or self._overflowed
+
+    async def wait(self, timeout_s: float) -> None:
+        """Return when something was published or nudged since the last `take`, or after `timeout_s`."""
+        with anyio.move_on_after(timeout_s):
+            await self._wakeup.wait()
 
 
 class Notifier:
-    def __init__(self) -> None:
+    def __init__(self, *, max_buffered: int = DEFAULT_MAX_BUFFERED) -> None:
+        self.max_buffered = max_buffered
         self._sessions: dict[str, anyio.Event] = {}
+        self._subscriptions: dict[str, set[Subscription]] = {}
         self._jobs = anyio.Event()
 
-    def session_changed(self, session_id: str) -> None:
+    def session_changed(self, session_id: str, records: Sequence[EventRecord] = ()) -> None:
+        """Wake everything waiting on the session; `records` are committed events to fan out."""
         event = self._sessions.pop(session_id, None)
         if event is not None:
             event.set()
+        for subscription in self._subscriptions.get(session_id, ()):
+            if records:
+                subscription._offer(records)
+            else:
+                subscription._nudge()
+
+    @contextmanager
+    def subscribe(self, session_id: str) -> Iterator[Subscription]:
+        """Receive the session's records published from now on, until the block exits."""
+        subscription = Subscription(session_id, self.max_buffered)
+        self._subscriptions.setdefault(session_id, set()).add(subscription)
+        try:
+            yield subscription
+        finally:
+            subscribers = self._subscriptions.get(session_id)
+            if subscribers is not None:
+                subscribers.discard(subscription)
+                if not subscribers:
+                    del self._subscriptions[session_id]
+
+    def subscriber_count(self, session_id: str) -> int:
+        return len(self._subscriptions.get(session_id, ()))
 
     async def wait_session(self, session_id: str, timeout_s: float) -> None:
         """Return when `session_changed(session_id)` is called or `timeout_s` passes."""
