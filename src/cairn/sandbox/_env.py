@@ -18,7 +18,9 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def command_env(*, home: str, user: str, session_env: Mapping[str, str]) -> dict[str, str]:
+def command_env(
+    *, home: str, user: str, session_env: Mapping[str, str], tmpdir: str = "/tmp"
+) -> dict[str, str]:
     """Return the complete environment for one command."""
     env = {
         "PATH": DEFAULT_PATH,
@@ -27,7 +29,7 @@ def command_env(*, home: str, user: str, session_env: Mapping[str, str]) -> dict
         "LOGNAME": user,
         "LANG": "C.UTF-8",
         "TERM": "dumb",
-        "TMPDIR": "/tmp",
+        "TMPDIR": tmpdir,
     }
     for name, value in session_env.items():
         if not _NAME.fullmatch(name) or "\0" in value:

@@ -37,9 +37,6 @@ class Launch:
     argv: Sequence[str]
     env: Mapping[str, str]
     cwd: Path | None = None
-    # Host uid/gid to switch to before exec; None keeps the server's own.
-    user: int | None = None
-    group: int | None = None
     pass_fds: Sequence[int] = field(default_factory=tuple)
 
 
@@ -101,9 +98,6 @@ async def _spawn(launch: Launch) -> anyio.abc.Process:
             # and a backend can signal the whole group.
             start_new_session=True,
             pass_fds=launch.pass_fds,
-            user=launch.user,
-            group=launch.group,
-            extra_groups=() if launch.user is not None else None,
         )
     except OSError as exc:
         raise SandboxError(

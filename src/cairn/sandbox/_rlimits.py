@@ -1,12 +1,13 @@
-"""Per-command rlimits, applied by util-linux `prlimit` in front of the sandbox launcher.
+"""Per-command rlimits: the floor under every backend's resource limits.
 
-rlimits are the floor under every backend: RLIMIT_FSIZE, RLIMIT_CPU and RLIMIT_NOFILE always,
-and RLIMIT_AS / RLIMIT_NPROC only where no cgroup enforces memory / process count (an address
-space limit breaks runtimes that reserve large mappings, and NPROC counts every process of a
-host uid, not of one command). `prlimit` rather than a `preexec_fn`: forking the server with
-Python code to run in the child is unsafe next to threads, and `prlimit` costs ~1 ms.
-The server may lack CAP_SYS_RESOURCE (research/sandbox.md §6), so a limit is clamped to the
-server's own hard limit, and the report says so.
+RLIMIT_FSIZE, RLIMIT_CPU and RLIMIT_NOFILE always, and RLIMIT_AS / RLIMIT_NPROC only where
+no cgroup enforces memory / process count (an address space limit breaks runtimes that
+reserve large mappings, and NPROC counts every process of a host uid, not of one command).
+The bwrap and unconfined backends apply them with util-linux `prlimit` in front of the
+sandbox (forking the threaded server with Python code to run in the child is unsafe;
+`prlimit` costs ~1 ms); the launcher-based backends call setrlimit in their launcher.
+The server may lack CAP_SYS_RESOURCE (research/sandbox.md §6), so a limit is clamped to
+the server's own hard limit, and the report says so.
 """
 
 from __future__ import annotations
@@ -23,10 +24,21 @@ _INFINITY = resource.RLIM_INFINITY
 
 @dataclass(frozen=True, slots=True)
 class RlimitPlan:
-    """The `prlimit` options for one command and, per limit field, how it is enforced."""
+    """The rlimits for one command and, per limit field, how it is enforced."""
 
-    options: tuple[str, ...]
+    # (prlimit option name, resource.RLIMIT_*, value used as both soft and hard limit)
+    limits: tuple[tuple[str, int, int], ...]
     enforced: dict[str, str]
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The same limits as `prlimit` command-line options."""
+        return tuple(f"--{flag}={value}:{value}" for flag, _, value in self.limits)
+
+    @property
+    def values(self) -> list[tuple[int, int]]:
+        """The same limits as (resource.RLIMIT_*, value) pairs for setrlimit."""
+        return [(kind, value) for _, kind, value in self.limits]
 
 
 def plan_rlimits(
@@ -37,7 +49,7 @@ def plan_rlimits(
     `nproc_counts` is False when RLIMIT_NPROC would not bound the command (host uid 0 is
     exempt) or would count unrelated processes of the server's own user.
     """
-    options: list[str] = []
+    chosen: list[tuple[str, int, int]] = []
     enforced: dict[str, str] = {}
     wanted: list[tuple[str, str, int, int | None, str]] = [
         ("cpu_time_s", "cpu", resource.RLIMIT_CPU, limits.cpu_time_s, "rlimit CPU, per process"),
@@ -59,6 +71,6 @@ def plan_rlimits(
             continue
         hard = resource.getrlimit(kind)[1]
         applied = value if hard == _INFINITY else min(value, hard)
-        options.append(f"--{flag}={applied}:{applied}")
+        chosen.append((flag, kind, applied))
         enforced[field_name] = how if applied == value else f"{how}, clamped to host hard limit {hard}"
-    return RlimitPlan(options=tuple(options), enforced=enforced)
+    return RlimitPlan(limits=tuple(chosen), enforced=enforced)

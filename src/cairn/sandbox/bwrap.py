@@ -32,6 +32,14 @@ from cairn.sandbox._cgroups import discover_cgroups
 from cairn.sandbox._containment import Containment
 from cairn.sandbox._env import DEFAULT_PATH, command_env
 from cairn.sandbox._process import Launch, run_supervised
+from cairn.sandbox._rootfs import (
+    ETC_READ_ONLY,
+    HOSTNAME,
+    SANDBOX_HOME,
+    SANDBOX_USER,
+    generated_etc,
+    system_layout,
+)
 from cairn.sandbox._workspace import hand_over_workspace
 from cairn.sandbox.base import (
     WORKSPACE_MOUNT,
@@ -45,26 +53,9 @@ __all__ = ["BwrapBackend"]
 
 logger = logging.getLogger(__name__)
 
+# The command's uid/gid inside bwrap's user namespace (mapped onto the host account).
 SANDBOX_UID = 1000
-SANDBOX_USER = "sandbox"
-SANDBOX_HOME = "/tmp"
 _PROBE_TIMEOUT_S = 30.0
-
-# Read-only views of host configuration every toolchain expects; absent ones are skipped.
-_ETC_READ_ONLY = (
-    "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl", "ca-certificates",
-    "localtime", "mime.types", "os-release", "nsswitch.conf", "host.conf", "gai.conf",
-    "resolv.conf", "services", "protocols",
-)
-_GENERATED_ETC = {
-    "passwd": (
-        f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
-        f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}:Cairn sandbox:{SANDBOX_HOME}:/bin/sh\n"
-        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
-    ),
-    "group": f"root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_UID}:\nnogroup:x:65534:\n",
-    "hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n127.0.1.1\tsandbox\n",
-}
 
 
 class BwrapBackend(SandboxBackend):
@@ -145,19 +136,17 @@ class BwrapBackend(SandboxBackend):
         if not await run_sync(request.workspace.is_dir):
             raise WorkspaceError(f"workspace {request.workspace} is not a directory")
         env = command_env(home=SANDBOX_HOME, user=SANDBOX_USER, session_env=request.env)
-        joiner = self._account.uid if self._account is not None else None
-        async with self._containment.command(request.limits, joiner_uid=joiner) as contained:
+        async with self._containment.command(request.limits) as contained:
             with _generated_etc() as etc_fds:
                 argv = self._argv(request.workspace, request.network, etc_fds, env)
                 launch = Launch(
-                    argv=[*contained.prefix, *argv, "/bin/sh", "-c", request.command],
+                    argv=[*contained.exec_prefix(self._account), *argv,
+                          "/bin/sh", "-c", request.command],
                     # The sandbox's pid 1 is a bwrap process that keeps this environment
                     # (readable in /proc/1/environ inside), so it is minimal and the cwd is
                     # `/`, not the server's (the launcher shell exports PWD).
                     env={"PATH": DEFAULT_PATH},
                     cwd=Path("/"),
-                    user=self._account.uid if self._account is not None else None,
-                    group=self._account.gid if self._account is not None else None,
                     pass_fds=tuple(etc_fds.values()),
                 )
                 return await run_supervised(
@@ -180,7 +169,7 @@ class BwrapBackend(SandboxBackend):
         argv += [
             "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
             "--cap-drop", "ALL", "--disable-userns", "--die-with-parent", "--new-session",
-            "--clearenv", "--hostname", "sandbox",
+            "--clearenv", "--hostname", HOSTNAME,
             *self._system_binds,
         ]
         for name, fd in etc_fds.items():
@@ -227,14 +216,13 @@ class BwrapBackend(SandboxBackend):
 
 def _system_binds() -> list[str]:
     """Read-only /usr, the merged-/usr links (or binds) and the /etc allowlist."""
-    argv = ["--ro-bind", "/usr", "/usr"]
-    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-        host = Path("/") / top
-        if host.is_symlink():
-            argv += ["--symlink", os.readlink(host), str(host)]
-        elif host.is_dir():
-            argv += ["--ro-bind", str(host), str(host)]
-    for name in _ETC_READ_ONLY:
+    layout = system_layout()
+    argv: list[str] = []
+    for path in layout.read_only:
+        argv += ["--ro-bind", path, path]
+    for target, path in layout.symlinks:
+        argv += ["--symlink", target, path]
+    for name in ETC_READ_ONLY:
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     return argv
 
@@ -247,7 +235,7 @@ def _generated_etc() -> Iterator[dict[str, int]]:
     """
     fds: dict[str, int] = {}
     try:
-        for name, content in _GENERATED_ETC.items():
+        for name, content in generated_etc(SANDBOX_UID, SANDBOX_UID).items():
             read_end, write_end = os.pipe()
             fds[name] = read_end
             with os.fdopen(write_end, "wb") as writer:

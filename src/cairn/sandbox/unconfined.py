@@ -75,9 +75,9 @@ class UnconfinedBackend(SandboxBackend):
         env = command_env(
             home=str(request.workspace), user=_login_name(), session_env=request.env
         )
-        async with self._containment.command(request.limits, joiner_uid=None) as contained:
+        async with self._containment.command(request.limits) as contained:
             launch = Launch(
-                argv=[*contained.prefix, "/bin/sh", "-c", request.command],
+                argv=[*contained.exec_prefix(None), "/bin/sh", "-c", request.command],
                 env=env,
                 cwd=request.workspace,
             )

@@ -1,0 +1,112 @@
+"""The launcher's entry point: confine this process as the spec says, then exec the command.
+
+Steps, in an order that matters:
+1. join the command's cgroups and set its rlimits, while still root and before anything
+   else exists, so every process the command ever has is counted and limited;
+2. `namespaces` mode: unshare mount, pid, ipc, uts, cgroup (and, without network, net)
+   namespaces and fork; this process stays outside as the waiter and the child, pid 1 of
+   the new pid namespace (so nothing survives it), builds and pivots into the new root;
+3. `landlock` mode: stays in the host's namespaces and restricts itself to an allowlist;
+4. drop to the unprivileged user (no capabilities, no_new_privs), install the seccomp
+   filter, exec `/bin/sh -c <command>`.
+
+A failure before the exec prints one line to stderr (the command's output) and exits 125,
+the status shells use for "could not run"; the backend turns that into a `SandboxError`.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import resource
+import signal
+import sys
+
+from . import landlock, loopback, mounts, privileges, seccomp
+from .syscalls import prctl, unshare
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .spec import LaunchSpec
+
+__all__ = ["LAUNCH_FAILED", "main"]
+
+LAUNCH_FAILED = 125
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWCGROUP = 0x02000000
+_CLONE_NEWUTS = 0x04000000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWPID = 0x20000000
+_CLONE_NEWNET = 0x40000000
+_PR_SET_PDEATHSIG = 1
+
+
+def main(spec_fd: int) -> None:
+    with os.fdopen(spec_fd, "rb") as source:
+        spec: LaunchSpec = marshal.load(source)
+    try:
+        _contain(spec)
+        if spec["rootfs"] is not None:
+            _enter_namespaces(spec)
+        _confine_and_exec(spec)
+    except Exception as exc:  # noqa: BLE001 - any failure before exec is "could not run"
+        print(f"cairn sandbox launcher: {exc}", file=sys.stderr, flush=True)
+        os._exit(LAUNCH_FAILED)
+
+
+def _contain(spec: LaunchSpec) -> None:
+    pid = str(os.getpid())
+    for procs in spec["cgroup_procs"]:
+        with open(procs, "w") as joined:
+            joined.write(pid)
+    for kind, value in spec["rlimits"]:
+        resource.setrlimit(kind, (value, value))
+
+
+def _enter_namespaces(spec: LaunchSpec) -> None:
+    """Unshare and fork; only the child returns, as pid 1 inside the new root."""
+    flags = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS | _CLONE_NEWCGROUP
+    if not spec["network"]:
+        flags |= _CLONE_NEWNET
+    unshare(flags)
+    # The waiter holds the write end until it exits: EOF on the read end means it is gone.
+    alive_read, alive_write = os.pipe()
+    child = os.fork()
+    if child:
+        _wait_and_exit(child)
+    os.close(alive_write)
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the waiter killed => the namespace dies
+    os.set_blocking(alive_read, False)
+    try:
+        os.read(alive_read, 1)
+        os._exit(LAUNCH_FAILED)  # the waiter died before PDEATHSIG was armed
+    except BlockingIOError:
+        os.close(alive_read)
+    rootfs = spec["rootfs"]
+    assert rootfs is not None
+    if not spec["network"]:
+        loopback.bring_up_loopback()
+    mounts.enter_rootfs(rootfs, spec["workspace"])
+
+
+def _wait_and_exit(child: int) -> None:
+    """Relay the child's status the way a shell reports it (128 + signal when killed)."""
+    _, status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(128 - code if code < 0 else code)
+
+
+def _confine_and_exec(spec: LaunchSpec) -> None:
+    rules = spec["landlock"]
+    if spec["user"] is not None:
+        privileges.drop_privileges(*spec["user"])
+    else:
+        privileges.set_no_new_privs()
+    if rules is not None:
+        landlock.restrict_self(
+            abi=rules["abi"], read_write=rules["read_write"], read_only=rules["read_only"],
+            devices=rules["devices"], confine_tcp=not spec["network"],
+        )
+    seccomp.install_filter(deny_network=rules is not None and not spec["network"])
+    os.chdir(spec["cwd"])
+    os.execve(spec["argv"][0], spec["argv"], spec["env"])
