@@ -18,6 +18,7 @@ import anyio
 
 from cairn.config import Settings
 from cairn.errors import CairnError
+from cairn.snapshots import SnapshotStore
 from cairn.store.db import Database
 from cairn.store.keys import ROLES, create_key, list_keys, revoke_key
 from cairn.store.migrate import current_revision, head_revision, upgrade
@@ -167,6 +168,16 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--output-dir", default="cairn-demo-output", help="where the published tree.py is saved")
     demo.add_argument("--data-dir", default=None, help="keep the server's state here (default: a temporary directory)")
 
+    from cairn.snapshots import add_snapshot_commands
+
+    def open_store(args: argparse.Namespace) -> SnapshotStore:
+        from cairn.api.app import build_snapshot_store
+
+        return build_snapshot_store(Settings(data_dir=Path(args.data_dir)).with_env())
+
+    snapshots = add_snapshot_commands(sub, open_store=open_store)
+    snapshots.add_argument("--data-dir", default=os.environ.get("CAIRN_DATA_DIR", ".cairn"), help="state directory (default ./.cairn)")
+
     doctor = sub.add_parser("doctor", parents=[common], help="show the sandbox backend, its isolation and limits")
     doctor.add_argument("--sandbox", default=None)
     return parser
@@ -189,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             anyio.run(_db, args, settings)
         elif args.command == "doctor":
             _doctor(settings)
+        elif args.command == "snapshots":
+            return int(anyio.run(args.run, args))
     except CairnError as exc:
         print(f"cairn: error: {exc.message}", file=sys.stderr)
         return 2

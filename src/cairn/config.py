@@ -27,6 +27,13 @@ class Settings:
     keepalive_s: float = 15.0
     max_body_bytes: int = 8 * 1024 * 1024
     command_timeout_s: float = 600.0
+    # Idle sessions have their workspace persisted and released after this long.
+    idle_stop_s: float = 600.0
+    # Snapshot store: "local" (under the data dir), "s3" (CAIRN_S3_BUCKET, …) or "none".
+    snapshot_store: str = "local"
+    s3_bucket: str | None = None
+    s3_prefix: str = ""
+    s3_endpoint_url: str | None = None
     # OpenAI-compatible endpoint for `openai:` and plain model names.
     openai_base_url: str | None = None
     openai_api_key: str | None = None
@@ -46,6 +53,10 @@ class Settings:
         return self.data_dir / "blobs"
 
     @property
+    def snapshots_dir(self) -> Path:
+        return self.data_dir / "snapshots"
+
+    @property
     def admin_key_path(self) -> Path:
         return self.data_dir / "admin.key"
 
@@ -61,6 +72,11 @@ class Settings:
                 openai_base_url=self.openai_base_url or environ.get("OPENAI_BASE_URL"),
                 openai_api_key=self.openai_api_key or environ.get("OPENAI_API_KEY"),
                 openai_api=environ.get("CAIRN_OPENAI_API", self.openai_api),
+                idle_stop_s=float(environ.get("CAIRN_IDLE_STOP_S", self.idle_stop_s)),
+                snapshot_store=environ.get("CAIRN_SNAPSHOT_STORE", self.snapshot_store),
+                s3_bucket=self.s3_bucket or environ.get("CAIRN_S3_BUCKET"),
+                s3_prefix=environ.get("CAIRN_S3_PREFIX", self.s3_prefix),
+                s3_endpoint_url=self.s3_endpoint_url or environ.get("CAIRN_S3_ENDPOINT_URL"),
             )
         except ValueError as exc:
             raise InvalidRequestError(f"bad CAIRN_* setting: {exc}") from exc

@@ -26,6 +26,9 @@ from cairn.api.errors import EXCEPTION_HANDLERS
 from cairn.blobs import BlobStore
 from cairn.config import Settings
 from cairn.engine.environment import Environments
+from cairn.engine.idle import persist_all_workspaces, watch_idle_sessions
+from cairn.errors import InvalidRequestError
+from cairn.snapshots import SnapshotStore, SnapshotStoreConfig, open_snapshot_store
 from cairn.engine.journal import Journal
 from cairn.engine.notifier import Notifier
 from cairn.engine.runtime import Runtime
@@ -37,7 +40,7 @@ from cairn.store.db import Database
 from cairn.store.migrate import check_schema
 from cairn.worker.runner import Worker
 
-__all__ = ["build_runtime", "create_app"]
+__all__ = ["build_runtime", "build_snapshot_store", "create_app"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +70,23 @@ async def _healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
+def build_snapshot_store(settings: Settings) -> SnapshotStore:
+    """The deployment's snapshot store, chosen by `Settings.snapshot_store`."""
+    if settings.snapshot_store not in ("local", "s3", "none"):
+        raise InvalidRequestError(
+            f"unknown snapshot store {settings.snapshot_store!r}: use local, s3 or none", param="CAIRN_SNAPSHOT_STORE"
+        )
+    return open_snapshot_store(
+        SnapshotStoreConfig(
+            backend=settings.snapshot_store,  # type: ignore[arg-type]
+            local_root=settings.snapshots_dir,
+            s3_bucket=settings.s3_bucket,
+            s3_prefix=settings.s3_prefix,
+            s3_endpoint_url=settings.s3_endpoint_url,
+        )
+    )
+
+
 def build_runtime(settings: Settings, db: Database) -> Runtime:
     sandbox = select_backend(settings.sandbox)
     notifier = Notifier()
@@ -77,7 +97,7 @@ def build_runtime(settings: Settings, db: Database) -> Runtime:
         journal=Journal(db, notifier),
         sandbox=sandbox,
         blobs=BlobStore(settings.blobs_dir),
-        environments=Environments(settings.workspaces_dir, sandbox),
+        environments=Environments(settings.workspaces_dir, sandbox, build_snapshot_store(settings)),
         resolve_model=partial(resolve_model, settings=settings),
     )
 
@@ -90,11 +110,17 @@ def create_app(settings: Settings, *, run_worker: bool = True) -> Starlette:
             await check_schema(db)
             runtime = build_runtime(settings, db)
             log.info("sandbox backend: %s", runtime.sandbox.name)
-            async with anyio.create_task_group() as tg:
-                if run_worker:
-                    tg.start_soon(Worker(runtime, concurrency=settings.workers).run, name="worker")
-                yield {"runtime": runtime, "sessions": SessionService(runtime)}
-                tg.cancel_scope.cancel()
+            try:
+                async with anyio.create_task_group() as tg:
+                    if run_worker:
+                        tg.start_soon(Worker(runtime, concurrency=settings.workers).run, name="worker")
+                        tg.start_soon(watch_idle_sessions, runtime, name="idle-sessions")
+                    yield {"runtime": runtime, "sessions": SessionService(runtime)}
+                    tg.cancel_scope.cancel()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await persist_all_workspaces(runtime)
+                    await runtime.environments.snapshots.aclose()
         finally:
             await db.dispose()
 

@@ -1,8 +1,13 @@
-"""Session workspaces on the host: where they live, how they are created and removed.
+"""Session workspaces on the host and their snapshot lifecycle.
 
-Each session with a hosted environment owns `<data-dir>/workspaces/<session_id>`, which
-the sandbox shows as `/workspace`. Inline files of the environment are written when the
-workspace is created.
+Each session with a hosted environment owns `<data-dir>/workspaces/<session_id>`, which the
+sandbox shows as `/workspace`. A turn `acquire`s the workspace: the snapshot lifecycle
+reuses it (fingerprint unchanged), restores it from the latest snapshot, or materialises it
+fresh. An idle session is `suspend`ed: its workspace is persisted as a new snapshot (stop
+only persists) and its lifecycle released. The files stay on disk, so the next turn's start
+is usually a skip; on another host, or after the directory was lost, it is a restore.
+Lifecycles live in the process that runs the session's turns (the job lease makes that
+exclusive); a restart simply starts a new one.
 """
 
 from __future__ import annotations
@@ -14,10 +19,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from cairn._concurrency import run_sync
 from cairn.engine.workspace_files import WorkspaceFiles, workspace_relative
 from cairn.errors import InvalidRequestError
 from cairn.sandbox.base import SandboxBackend
+from cairn.snapshots import (
+    SnapshotScope,
+    SnapshotStore,
+    StartResult,
+    StopResult,
+    WorkspaceLifecycle,
+    environment_manifest_digest,
+)
 
 __all__ = ["Environments", "decode_inline_files"]
 
@@ -45,37 +60,84 @@ def decode_inline_files(files: Sequence[Mapping[str, Any]]) -> list[tuple[str, b
 
 
 class Environments:
-    def __init__(self, root: Path, sandbox: SandboxBackend) -> None:
+    def __init__(self, root: Path, sandbox: SandboxBackend, snapshots: SnapshotStore) -> None:
         self.root = root
         self.sandbox = sandbox
+        self.snapshots = snapshots
+        self._live: dict[str, WorkspaceLifecycle] = {}
+        self._locks: dict[str, anyio.Lock] = {}
 
     def workspace_of(self, session_id: str) -> Path:
         return self.root / session_id
 
     def files(self, session_id: str) -> WorkspaceFiles:
-        owner = getattr(self.sandbox, "file_owner", None)
-        return WorkspaceFiles(self.workspace_of(session_id), owner=owner)
+        return WorkspaceFiles(self.workspace_of(session_id), owner=self.sandbox.file_owner)
+
+    def _lock(self, session_id: str) -> anyio.Lock:
+        return self._locks.setdefault(session_id, anyio.Lock())
 
     async def create(self, session_id: str, inline_files: Sequence[tuple[str, bytes]] = ()) -> Path:
-        workspace = self.workspace_of(session_id)
-        await run_sync(workspace.mkdir, parents=True, exist_ok=True)
-        await self.sandbox.prepare_workspace(workspace)
+        workspace = await self._materialise(self.workspace_of(session_id))
         files = self.files(session_id)
         for path, data in inline_files:
             await run_sync(files.write_bytes, path, data)
         return workspace
 
-    async def ensure(self, session_id: str) -> Path:
-        """The workspace, created empty if it is missing (for example after a host change)."""
-        workspace = self.workspace_of(session_id)
-        if not await run_sync(workspace.is_dir):
-            return await self.create(session_id)
+    async def _materialise(self, workspace: Path) -> Path:
+        await run_sync(workspace.mkdir, parents=True, exist_ok=True)
+        await self.sandbox.prepare_workspace(workspace)
         return workspace
 
+    def is_live(self, session_id: str) -> bool:
+        return session_id in self._live
+
+    def live_sessions(self) -> list[str]:
+        return list(self._live)
+
+    async def acquire(self, tenant: str, session_id: str, environment: Mapping[str, Any]) -> StartResult | None:
+        """Make the workspace ready for a turn; None when it is already live in this process."""
+        async with self._lock(session_id):
+            if session_id in self._live:
+                return None
+            workspace = self.workspace_of(session_id)
+            lifecycle = WorkspaceLifecycle(
+                store=self.snapshots,
+                scope=SnapshotScope(tenant, session_id),
+                workspace=workspace,
+                manifest_digest=environment_manifest_digest(environment),
+                materialise=self._materialise_hook,
+            )
+            result = await lifecycle.start()
+            # A restore writes files as they were saved; make sure the sandbox account owns them.
+            await self.sandbox.prepare_workspace(workspace)
+            self._live[session_id] = lifecycle
+            return result
+
+    async def _materialise_hook(self, workspace: Path) -> None:
+        await self._materialise(workspace)
+
+    async def suspend(self, session_id: str) -> StopResult | None:
+        """Persist the workspace as a snapshot and release its lifecycle; None if it was not live."""
+        async with self._lock(session_id):
+            lifecycle = self._live.get(session_id)
+            if lifecycle is None:
+                return None
+            result = await lifecycle.stop()
+            await lifecycle.shutdown()
+            del self._live[session_id]
+            return result
+
     async def remove(self, session_id: str) -> None:
-        await run_sync(_remove_tree, self.workspace_of(session_id))
+        """Forget a deleted session's workspace: no persist, the directory goes."""
+        async with self._lock(session_id):
+            lifecycle = self._live.pop(session_id, None)
+            if lifecycle is not None:
+                await lifecycle.shutdown()
+            await run_sync(_remove_tree, self.workspace_of(session_id))
+        self._locks.pop(session_id, None)
 
 
 def _remove_tree(path: Path) -> None:
     if path.exists():
         shutil.rmtree(path)
+    path.with_name(f".{path.name}.cairn-state.json").unlink(missing_ok=True)

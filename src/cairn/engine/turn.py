@@ -27,7 +27,7 @@ from typing import Any
 import anyio
 
 from cairn.engine.artifacts import collect_outputs, record_outputs
-from cairn.engine.events import item_event, text_part_event, turn_event
+from cairn.engine.events import environment_event, item_event, text_part_event, turn_event
 from cairn.engine.journal import Fence, Journal, Transaction
 from cairn.engine.lifecycle import close_open_item, close_turn, set_session_status
 from cairn.engine.model_input import build_model_input, client_tool_specs
@@ -43,9 +43,10 @@ from cairn.errors import CairnError, InvalidRequestError, LeaseLostError, ModelE
 from cairn.ids import new_item_id
 from cairn.models.base import Model, ModelRequest, ModelResponse, TextDelta, ToolCall, ToolSpec, Usage
 from cairn.sandbox.base import WORKSPACE_MOUNT, ExecRequest
+from cairn.snapshots import StartOutcome
 from cairn.store.items import ItemRecord, insert_item, pending_client_calls, session_items, turn_items, update_item
 from cairn.store.jobs import Job, complete_job
-from cairn.store.sessions import SessionRecord, get_session
+from cairn.store.sessions import SessionRecord, get_session, update_session
 from cairn.store.turns import TurnRecord, get_turn, update_turn
 
 __all__ = ["TurnRunner"]
@@ -135,32 +136,42 @@ class TurnRunner:
 
     async def _begin(self, job: Job) -> _TurnContext | None:
         assert job.turn_id is not None
-        async with self.journal.transaction(job.session_id) as tx:
-            turn = await get_turn(tx.conn, job.turn_id)
-            session = await get_session(tx.conn, job.session_id)
-            if turn is None or session is None or turn.status not in ("queued", "in_progress"):
-                await complete_job(tx.conn, job)
-                return None
-            if turn.cancel_requested:
-                await close_turn(tx, turn, "cancelled")
-                await complete_job(tx.conn, job)
-                return None
-            if turn.status == "queued":
-                turn = await self._start(tx, turn, session, job)
-            else:
-                turn = await update_turn(tx.conn, turn.id, lease_token=job.lease_token)
-                await self._recover(tx, turn)
-            session = await get_session(tx.conn, job.session_id)
-            assert session is not None
-            history = await session_items(tx.conn, session.id)
+        async with self.rt.db.read() as conn:
+            turn = await get_turn(conn, job.turn_id)
+            session = await get_session(conn, job.session_id)
+        if turn is None or session is None or turn.status not in ("queued", "in_progress") or turn.cancel_requested:
+            await self._settle_unrunnable(job)
+            return None
         try:
             model = self.rt.resolve_model(session.agent["model"])
         except CairnError as exc:
-            async with self.journal.transaction(job.session_id) as tx:
-                await close_turn(tx, turn, "failed", error={"code": "invalid_request", "message": exc.message})
-                await complete_job(tx.conn, job)
+            await self._fail_before_start(job, turn, {"code": "invalid_request", "message": exc.message})
             return None
-        await self.rt.environments.ensure(session.id)
+        # The workspace is ready before the turn starts, so its events precede the turn's.
+        if session.environment["type"] != "none":
+            failure = await self._acquire_workspace(session, turn)
+            if failure is not None:
+                await self._fail_before_start(job, turn, failure)
+                return None
+        async with self.journal.transaction(job.session_id) as tx:
+            turn = await get_turn(tx.conn, job.turn_id)
+            session = await get_session(tx.conn, job.session_id)
+            if turn is None or session is None or turn.status not in ("queued", "in_progress") or turn.cancel_requested:
+                unrunnable = True
+            else:
+                unrunnable = False
+                if turn.status == "queued":
+                    turn = await self._start(tx, turn, session, job)
+                else:
+                    turn = await update_turn(tx.conn, turn.id, lease_token=job.lease_token)
+                    await self._recover(tx, turn)
+                session = await get_session(tx.conn, job.session_id)
+                assert session is not None
+                history = await session_items(tx.conn, session.id)
+        if unrunnable:
+            await self._settle_unrunnable(job)
+            return None
+        assert turn is not None and session is not None
         client_tools = client_tool_specs(session.agent)
         tools = (workspace_tool_specs() if session.environment["type"] != "none" else []) + client_tools
         return _TurnContext(
@@ -174,6 +185,39 @@ class TurnRunner:
             history=history,
             next_output_index=turn.next_output_index,
         )
+
+    async def _settle_unrunnable(self, job: Job) -> None:
+        """Finish a job whose turn is gone, over, or cancelled before it started."""
+        assert job.turn_id is not None
+        async with self.journal.transaction(job.session_id) as tx:
+            turn = await get_turn(tx.conn, job.turn_id)
+            if turn is not None and turn.status in ("queued", "in_progress") and turn.cancel_requested:
+                await close_turn(tx, turn, "cancelled")
+            await complete_job(tx.conn, job)
+
+    async def _fail_before_start(self, job: Job, turn: TurnRecord, error: dict[str, str]) -> None:
+        async with self.journal.transaction(job.session_id) as tx:
+            await close_turn(tx, turn, "failed", error=error)
+            await complete_job(tx.conn, job)
+
+    async def _acquire_workspace(self, session: SessionRecord, turn: TurnRecord) -> dict[str, str] | None:
+        """Reuse, restore or create the workspace, with its events; the turn's error on failure."""
+        try:
+            started = await self.rt.environments.acquire(session.tenant, session.id, session.environment)
+        except CairnError as exc:
+            async with self.journal.transaction(session.id) as tx:
+                tx.emit(environment_event("failed", session, status="failed", turn_id=turn.id))
+            return {"code": "sandbox_error", "message": f"the workspace could not be prepared: {exc.message}"}
+        was_suspended = session.extra.get("environment_status") == "suspended"
+        if started is not None and (started.outcome is StartOutcome.RESTORED or was_suspended):
+            async with self.journal.transaction(session.id) as tx:
+                current = await get_session(tx.conn, session.id)
+                assert current is not None
+                current = await update_session(tx.conn, session.id, extra={**current.extra, "environment_status": "ready"})
+                if started.outcome is StartOutcome.RESTORED:
+                    tx.emit(environment_event("pending", current, status="pending", turn_id=turn.id))
+                tx.emit(environment_event("ready", current, status="ready", turn_id=turn.id))
+        return None
 
     async def _start(self, tx: Transaction, turn: TurnRecord, session: SessionRecord, job: Job) -> TurnRecord:
         if session.status != "in_progress":
@@ -491,7 +535,7 @@ class TurnRunner:
             data.update(output=exc.message, exit_code=None, duration_ms=0)
             await self._close_command(ctx, item, data, "failed")
             return
-        workspace = await self.rt.environments.ensure(ctx.session.id)
+        workspace = self.rt.environments.workspace_of(ctx.session.id)
         env = ctx.session.extra.get("env") or {}
         network = (ctx.session.environment.get("network") or {}).get("access") == "enabled"
         timeout_s = args.timeout_ms / 1000 if args.timeout_ms else self.rt.settings.command_timeout_s

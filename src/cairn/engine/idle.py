@@ -1,0 +1,64 @@
+"""Suspending idle sessions: their workspaces are persisted as snapshots and released.
+
+A session idle for `Settings.idle_stop_s` has its live workspace lifecycle stopped (persist
+only) and shut down, and emits `agent.session.environment.suspended`. The next turn's
+start emits the environment events again (spec §4). On a graceful shutdown every live
+workspace is persisted, so a restart never loses one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import anyio
+
+from cairn.engine.events import environment_event
+from cairn.engine.runtime import Runtime
+from cairn.errors import CairnError
+from cairn.store.sessions import get_session, update_session
+
+__all__ = ["persist_all_workspaces", "suspend_idle_sessions", "watch_idle_sessions"]
+
+log = logging.getLogger(__name__)
+
+
+async def _suspend(rt: Runtime, session_id: str) -> None:
+    try:
+        await rt.environments.suspend(session_id)
+    except CairnError as exc:
+        log.warning("persisting the workspace of %s failed: %s", session_id, exc.message)
+        async with rt.journal.transaction(session_id) as tx:
+            session = await get_session(tx.conn, session_id)
+            if session is not None:
+                tx.emit(environment_event("failed", session, status="failed"))
+        return
+    async with rt.journal.transaction(session_id) as tx:
+        session = await get_session(tx.conn, session_id)
+        if session is None:
+            return
+        session = await update_session(tx.conn, session_id, extra={**session.extra, "environment_status": "suspended"})
+        tx.emit(environment_event("suspended", session, status="suspended"))
+
+
+async def suspend_idle_sessions(rt: Runtime) -> None:
+    """Suspend this process's live workspaces whose sessions have been idle long enough."""
+    deadline = time.time() - rt.settings.idle_stop_s
+    for session_id in rt.environments.live_sessions():
+        async with rt.db.read() as conn:
+            session = await get_session(conn, session_id)
+        if session is not None and session.status == "idle" and session.last_active_at <= deadline:
+            await _suspend(rt, session_id)
+
+
+async def watch_idle_sessions(rt: Runtime) -> None:
+    interval = max(0.2, min(30.0, rt.settings.idle_stop_s / 4))
+    while True:
+        await anyio.sleep(interval)
+        await suspend_idle_sessions(rt)
+
+
+async def persist_all_workspaces(rt: Runtime) -> None:
+    """On shutdown: persist every live workspace (shield the caller from cancellation)."""
+    for session_id in rt.environments.live_sessions():
+        await _suspend(rt, session_id)
