@@ -136,9 +136,10 @@ class WorkspaceFiles:
                         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
                     except FileNotFoundError:
                         raise InvalidRequestError(f"no such file: {path}", param="path") from None
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        os.close(fd)
+                        raise InvalidRequestError(f"{path} is not a regular file", param="path")
                     with os.fdopen(fd, "rb") as f:
-                        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                            raise InvalidRequestError(f"{path} is not a regular file", param="path")
                         data = f.read(max_bytes + 1)
                     if len(data) > max_bytes:
                         raise InvalidRequestError(f"{path} is larger than {max_bytes} bytes", param="path")

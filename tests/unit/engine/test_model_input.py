@@ -1,0 +1,47 @@
+"""How stored items become the model's input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cairn.engine.model_input import build_model_input, client_tool_specs
+from cairn.models.base import FunctionCallInput, FunctionCallOutputInput, MessageInput
+from cairn.store.items import ItemRecord
+
+
+def _item(type_: str, data: dict[str, Any], status: str | None = "completed", call_id: str | None = None) -> ItemRecord:
+    return ItemRecord(id="i", session_id="s", turn_id="t", type=type_, status=status, call_id=call_id, tool_kind=None,
+                      output_index=None, data=data, created_at=0.0)
+
+
+def test_conversation_items_map_to_model_input() -> None:
+    items = [
+        _item("message", {"role": "user", "content": [{"type": "input_text", "text": "hi"}, {"type": "input_image", "image_url": "u"}]}),
+        _item("command_execution", {"command": "ls", "arguments": '{"command": "ls"}', "output": "a\n", "exit_code": 0}, call_id="c1"),
+        _item("function_call", {"name": "get", "arguments": "{}"}, call_id="c2"),
+        _item("function_call_output", {"error": "boom"}, call_id="c2"),
+        _item("message", {"role": "assistant", "content": [{"type": "output_text", "text": "done"}]}),
+        _item("command_execution", {"command": "sleep 9", "output": ""}, status="in_progress", call_id="c3"),
+    ]
+    assert build_model_input(items) == [
+        MessageInput(role="user", text="hi\n[image]"),
+        FunctionCallInput(call_id="c1", name="shell", arguments='{"command": "ls"}'),
+        FunctionCallOutputInput(call_id="c1", output="exit_code: 0\na\n"),
+        FunctionCallInput(call_id="c2", name="get", arguments="{}"),
+        FunctionCallOutputInput(call_id="c2", output="error: boom"),
+        MessageInput(role="assistant", text="done"),
+        FunctionCallInput(call_id="c3", name="shell", arguments='{"command": "sleep 9"}'),
+    ]
+
+
+def test_long_outputs_are_clipped_head_and_tail() -> None:
+    output = "A" * 20_000 + "Z" * 20_000
+    clipped = build_model_input([_item("function_call_output", {"output": output}, call_id="c")])[0]
+    assert isinstance(clipped, FunctionCallOutputInput)
+    assert clipped.output.startswith("A") and clipped.output.endswith("Z") and "omitted" in clipped.output
+    assert len(clipped.output) < 17_000
+
+
+def test_only_function_tools_become_client_tools() -> None:
+    specs = client_tool_specs({"tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}, {"type": "other"}]})
+    assert [(s.name, s.kind) for s in specs] == [("f", "client")]
