@@ -362,7 +362,8 @@ class _TurnFollower:
         self.turn_id = turn_id
         self.first_content = first_content
         self.keep_events = keep_events
-        self.unmatched: list[str] = []  # root turns created since we started, not yet identified
+        # Root turns created since we started and not yet told apart, with their events so far.
+        self.candidates: dict[str, list[SessionEvent]] = {}
         self.events: list[SessionEvent] = []
         self.messages: dict[int, str] = {}
 
@@ -394,18 +395,30 @@ class _TurnFollower:
         return None
 
     def _identify(self, event: SessionEvent) -> None:
+        """Ours is the first root turn created after the send whose first user message is our input."""
         data = event.data
+        turn_id = event.turn_id
         if event.type == "agent.session.turn.created" and (data.get("turn") or {}).get("subagent_id") is None:
-            self.unmatched.append(str(event.turn_id))
-        elif event.type == "agent.session.turn.item.added" and event.turn_id in self.unmatched:
+            self.candidates[str(turn_id)] = []
+        if turn_id not in self.candidates:
+            return
+        if event.type == "agent.session.turn.item.added":
             item = data.get("item") or {}
             if item.get("role") == "user" and item.get("content") == self.first_content:
-                self.turn_id = event.turn_id
+                self._choose(str(turn_id))
             else:
-                self.unmatched.remove(str(event.turn_id))
-        elif event.type in _TERMINAL_TURN_EVENTS and event.turn_id in self.unmatched and len(self.unmatched) == 1:
+                del self.candidates[str(turn_id)]
+        elif event.type in _TERMINAL_TURN_EVENTS and len(self.candidates) == 1:
             # Ended before it started (cancelled while queued): ours if it is the only candidate.
-            self.turn_id = event.turn_id
+            self._choose(str(turn_id))
+        else:
+            self.candidates[str(turn_id)].append(event)
+
+    def _choose(self, turn_id: str) -> None:
+        self.turn_id = turn_id
+        if self.keep_events:
+            self.events.extend(self.candidates[turn_id])
+        self.candidates.clear()
 
 
 class Sessions:
