@@ -74,13 +74,28 @@ class ExecResult:
 class SandboxBackend(abc.ABC):
     """Runs commands for sessions; one instance serves every session of a process.
 
-    Declared `capabilities`: "isolation" (commands cannot reach host files, processes,
-    network or secrets beyond the workspace), "workspace_mount" (commands see the workspace
-    at `WORKSPACE_MOUNT`, not at its host path).
+    Declared `capabilities`: "isolation" (commands cannot reach host files, network or
+    secrets beyond the workspace, nor signal host processes), "process_isolation" (host
+    processes are not even visible: own pid namespace), "workspace_mount" (commands see the
+    workspace at `WORKSPACE_MOUNT`, not at its host path).
     """
 
     name: ClassVar[str]
     capabilities: ClassVar[frozenset[str]] = frozenset()
+    # How `select_backend` came to choose this backend; set once, at startup.
+    selection: str = "named explicitly by the operator"
+
+    @property
+    def description(self) -> str:
+        """One line for logs and the session's environment state: what runs commands, how
+        strongly it isolates them, and why this backend was chosen."""
+        if "isolation" not in self.capabilities:
+            strength = "UNCONFINED: commands run directly on the host"
+        elif "process_isolation" in self.capabilities:
+            strength = "isolates files, network and processes"
+        else:
+            strength = "isolates files and network; host processes are visible, not reachable"
+        return f"sandbox backend {self.name} ({strength}); {self.selection}"
 
     @property
     def isolation(self) -> Mapping[str, str]:

@@ -62,7 +62,7 @@ class BwrapBackend(SandboxBackend):
     """Runs each command in its own bubblewrap container; see the module docstring."""
 
     name = "bwrap"
-    capabilities = frozenset({"isolation", "workspace_mount"})
+    capabilities = frozenset({"isolation", "workspace_mount", "process_isolation"})
 
     def __init__(
         self, *, bwrap: str, account: SandboxAccount | None, containment: Containment

@@ -27,9 +27,12 @@ def describe_host(backend_name: str | None = None) -> str:
         backend = select_backend(backend_name)
     except SandboxError as exc:
         return f"sandbox (requested: {requested})\n  NO USABLE BACKEND: {exc}\n"
-    lines = [f"sandbox (requested: {requested}): backend {backend.name}"]
+    lines = [f"sandbox (requested: {requested}): backend {backend.name}",
+             f"  {backend.description}"]
     if "isolation" not in backend.capabilities:
         lines.append("  WARNING: this backend does not isolate commands from the host")
+    elif "process_isolation" not in backend.capabilities:
+        lines.append("  WARNING: host processes are visible to commands (no pid namespace)")
     lines += _section("isolation", backend.isolation)
     lines += _section("limits in force", backend.limits_in_force)
     owner = backend.file_owner

@@ -1,5 +1,10 @@
 """Fixtures shared by the sandbox conformance suite: every backend, real processes, real bwrap.
 
+Each backend is forced by name, so the fallbacks (namespaces, landlock) run the same suite
+on a host where bwrap works; a backend that cannot work on this host is skipped with its
+reason. A case a backend cannot pass by design is skipped by a declared capability
+(`requires_capability`), never by backend name.
+
 Workspaces live under a 0711 directory in /tmp rather than pytest's tmp_path: bwrap runs as
 the unprivileged sandbox account, which cannot traverse /tmp/pytest-of-root (0700).
 """
@@ -14,9 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from cairn.sandbox import ExecRequest, ExecResult, ResourceLimits, SandboxBackend, select_backend
+from cairn.errors import SandboxError
+from cairn.sandbox import (
+    BACKEND_NAMES,
+    ExecRequest,
+    ExecResult,
+    ResourceLimits,
+    SandboxBackend,
+    select_backend,
+)
 
-BACKENDS = ("bwrap", "unconfined")
+BACKENDS = tuple(name for name in BACKEND_NAMES if name != "auto")
 
 
 @pytest.fixture
@@ -26,7 +39,16 @@ def anyio_backend() -> tuple[str, dict[str, bool]]:
 
 @pytest.fixture(scope="session", params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> SandboxBackend:
-    return select_backend(request.param)
+    try:
+        return select_backend(request.param)
+    except SandboxError as exc:
+        pytest.skip(f"backend {request.param!r} does not work on this host: {exc.message}")
+
+
+def requires_capability(backend: SandboxBackend, capability: str, why: str) -> None:
+    """Skip the calling test unless `backend` declares `capability`."""
+    if capability not in backend.capabilities:
+        pytest.skip(f"backend {backend.name!r} lacks the {capability!r} capability: {why}")
 
 
 @pytest.fixture(scope="session")

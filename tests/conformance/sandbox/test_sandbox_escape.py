@@ -3,6 +3,8 @@
 Runs against every backend that declares the "isolation" capability (the unconfined backend
 declares none, by design). Every case asserts on the host afterwards, not on what the
 command claims, and then checks the next command in the same workspace still works.
+What only a pid namespace gives (host processes invisible) is checked for backends that
+declare "process_isolation" (the landlock backend does not: /proc lists host processes).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import Run
+from conftest import Run, requires_capability
 from test_sandbox_exec import lingering
 
 from cairn.sandbox import ResourceLimits, SandboxBackend
@@ -112,7 +114,7 @@ async def test_remount_and_privilege_tricks_fail(run: Run, new_workspace) -> Non
 
 
 async def test_host_secrets_are_unreadable(
-    run: Run, new_workspace, monkeypatch: pytest.MonkeyPatch
+    backend: SandboxBackend, run: Run, new_workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     secret = f"host-secret-{uuid.uuid4().hex}"
     monkeypatch.setenv("CAIRN_ESCAPE_SECRET", secret)
@@ -125,29 +127,40 @@ async def test_host_secrets_are_unreadable(
     _, output = await run(command, workspace)
     assert secret not in output
     assert "root:*:" not in output and "root:!" not in output
-    assert host_init not in output
     assert os.getcwd() not in output  # not even the server's working directory
+    if "process_isolation" in backend.capabilities:  # else /proc/1/cmdline is world-readable
+        assert host_init not in output
     await assert_still_works(run, workspace)
 
 
-async def test_host_processes_are_invisible_and_unsignallable(
-    run: Run, new_workspace
-) -> None:
+async def test_host_processes_are_unsignallable(run: Run, new_workspace) -> None:
     marker = f"cairn-host-{uuid.uuid4().hex}"
     host = subprocess.Popen(["sh", "-c", f"sleep 600; : {marker}"])
     try:
         workspace = await new_workspace()
-        command = (
-            f"grep -l {marker} /proc/*/cmdline; ls /proc | grep -c '^[0-9]'; "
-            f"kill -9 {host.pid}; kill -9 -1; echo done"
-        )
+        _, output = await run(f"kill -9 {host.pid}; kill -9 -1; echo done", workspace)
+        assert "done" in output
+        assert host.poll() is None
+        await assert_still_works(run, workspace)
+    finally:
+        host.kill()
+        host.wait()
+
+
+async def test_host_processes_are_invisible(
+    backend: SandboxBackend, run: Run, new_workspace
+) -> None:
+    requires_capability(backend, "process_isolation", "without a pid namespace /proc lists them")
+    marker = f"cairn-host-{uuid.uuid4().hex}"
+    host = subprocess.Popen(["sh", "-c", f"sleep 600; : {marker}"])
+    try:
+        workspace = await new_workspace()
+        command = f"grep -l {marker} /proc/*/cmdline; ls /proc | grep -c '^[0-9]'"
         _, output = await run(command, workspace)
         lines = output.splitlines()
         assert marker not in output
         # /proc lists only the sandbox's own few processes.
         assert int(next(line for line in lines if line.isdigit())) < 10
-        assert host.poll() is None
-        await assert_still_works(run, workspace)
     finally:
         host.kill()
         host.wait()
@@ -229,8 +242,9 @@ async def test_cpu_time_limit_kills_a_spinning_command(run: Run, new_workspace) 
     result, _ = await run(
         "while :; do :; done", workspace, limits=ResourceLimits(cpu_time_s=1), timeout_s=30
     )
-    assert not result.timed_out
-    assert result.exit_code not in (0, None)
+    assert not result.timed_out  # the limit ended it, not the wall clock
+    # 137 from a supervisor (bwrap), or the signal itself when the shell was the main process.
+    assert result.exit_code != 0
     await assert_still_works(run, workspace)
 
 

@@ -41,3 +41,17 @@ def test_doctor_reports_backend_isolation_and_limits() -> None:
 def test_doctor_warns_about_unconfined_and_reports_failures() -> None:
     assert "WARNING: this backend does not isolate" in describe_host("unconfined")
     assert "NO USABLE BACKEND" in describe_host("docker")
+
+
+@pytest.mark.parametrize("name", ["namespaces", "landlock"])
+def test_forced_fallbacks_report_what_they_isolate(name: str) -> None:
+    try:
+        backend = select_backend(name)
+    except SandboxError as exc:
+        pytest.skip(f"backend {name!r} does not work on this host: {exc.message}")
+    assert "isolation" in backend.capabilities
+    assert backend.description.startswith(f"sandbox backend {name} (isolates files")
+    report = describe_host(name)
+    assert f"backend {name}" in report and "timeout_s" in report
+    hides_processes = "process_isolation" in backend.capabilities
+    assert ("host processes are visible" in report) is not hides_processes

@@ -1,8 +1,7 @@
-"""The sandbox's pure helpers: environment, rlimit plan, account checks, cgroup discovery."""
+"""The sandbox's pure helpers: environment, rlimit plan, account checks."""
 
 from __future__ import annotations
 
-import os
 import resource
 import shutil
 import tempfile
@@ -12,7 +11,6 @@ import pytest
 
 from cairn.errors import InvalidRequestError, WorkspaceError
 from cairn.sandbox._account import SandboxAccount, resolve_sandbox_account
-from cairn.sandbox._cgroups import discover_cgroups
 from cairn.sandbox._env import DEFAULT_PATH, command_env
 from cairn.sandbox._rlimits import plan_rlimits
 from cairn.sandbox.base import ResourceLimits
@@ -86,31 +84,3 @@ def test_server_root_runs_commands_as_an_unprivileged_account() -> None:
         pytest.skip("the test runs unprivileged: commands run as the server's own user")
     assert account.uid != 0 and account.gid != 0
     assert account.is_dedicated or account.name == "nobody"
-
-
-def test_cgroup_discovery_reports_missing_controllers(tmp_path: Path) -> None:
-    fake = tmp_path / "cgroup"
-    fake.write_text("0::/\n")  # a v2-only process: no v1 controllers at all
-    host = discover_cgroups(fake)
-    assert host.parents == {}
-    assert set(host.unavailable) == {"memory", "pids"}
-    assert "memory unused" in host.describe()
-
-
-def test_cgroup_discovery_removes_leaves_of_dead_servers() -> None:
-    host = discover_cgroups()
-    if not host.parents:
-        pytest.skip(f"no writable cgroup v1 hierarchy here: {host.describe()}")
-    parent = next(iter(host.parents.values()))
-    orphan = parent / f"cmd-{2**22 + 1}-0123456789ab"  # above pid_max's default: never alive
-    alive = parent / f"cmd-{os.getpid()}-0123456789ab"
-    orphan.mkdir()
-    alive.mkdir()
-    try:
-        discover_cgroups()
-        assert not orphan.exists()
-        assert alive.exists()
-    finally:
-        for leaf in (orphan, alive):
-            if leaf.exists():
-                leaf.rmdir()
