@@ -1,15 +1,16 @@
 """Streams the final answer's text out of a reply while the model is still writing it.
 
 The constrained reply is JSON (`_local_reply`), so the answer arrives as a JSON string
-inside `{"name": "final_answer", "arguments": {"text": "…"}}`. Waiting for the closing
+inside `{"thought": "…", "name": "final_answer", "arguments": {"text": "…"}}`. Waiting for the closing
 brace would turn a minute of token-by-token output into one late block; instead this
 watches the raw text, recognizes the final-answer prefix as soon as it is complete, and
 decodes the string value incrementally. An escape split across tokens (`\\` then `n`, or
 half of `\\u00e9`, or one half of a surrogate pair) is held back until it is complete, so
 every piece emitted is final text and the pieces concatenate to the decoded value.
 
-Any other reply shape (a tool call, or keys in an unexpected order) emits nothing here;
-the caller then takes the text from the parsed reply at the end.
+The thought is skipped: it is the model's note to itself, not part of the answer. Any
+other reply shape (a tool call, or keys in an unexpected order) emits nothing here; the
+caller then takes the text from the parsed reply at the end.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import re
 
 __all__ = ["AnswerStream"]
 
+# An optional leading thought (skipped, not streamed), then the name, then the text.
+_THOUGHT = r'(?:"thought"\s*:\s*"(?:[^"\\]|\\.)*"\s*,\s*)?'
 _PREFIX = re.compile(
-    r'\s*\{\s*"name"\s*:\s*"final_answer"\s*,\s*"arguments"\s*:\s*\{\s*"text"\s*:\s*"'
+    r'\s*\{\s*' + _THOUGHT + r'"name"\s*:\s*"final_answer"\s*,\s*"arguments"\s*:\s*\{\s*"text"\s*:\s*"'
 )
-# Long enough to tell the final-answer prefix apart from any other reply; past it, give up.
-_PREFIX_LOOKAHEAD = 160
+_NAMED = re.compile(r'\s*\{\s*' + _THOUGHT + r'"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
+_FIRST_KEY = re.compile(r'\s*\{\s*"((?:[^"\\]|\\.)*)"')
 
 _SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
@@ -50,8 +53,7 @@ class AnswerStream:
         if self._pos < 0:
             match = _PREFIX.match(self._raw)
             if match is None:
-                if len(self._raw) > _PREFIX_LOOKAHEAD or not _could_become_prefix(self._raw):
-                    self._is_dead = True
+                self._is_dead = _cannot_become_answer(self._raw)
                 return ""
             self._pos = match.end()
         return self._decode_available()
@@ -105,12 +107,13 @@ class AnswerStream:
         return ("\ufffd" if high is not None else "") + ch
 
 
-def _could_become_prefix(raw: str) -> bool:
-    """Whether more text could still complete the final-answer prefix.
-
-    Checked cheaply against the canonical spelling with whitespace removed, which is
-    what the grammar produces apart from optional spaces.
-    """
-    compact = re.sub(r"\s+", "", raw)
-    canonical = '{"name":"final_answer","arguments":{"text":"'
-    return canonical.startswith(compact) or compact.startswith(canonical)
+def _cannot_become_answer(raw: str) -> bool:
+    """Whether the reply so far already rules out a streamable final answer."""
+    named = _NAMED.match(raw)
+    if named is not None:
+        return named.group(1) != "final_answer"
+    stripped = raw.lstrip()
+    if stripped and not stripped.startswith("{"):
+        return True
+    first_key = _FIRST_KEY.match(raw)
+    return first_key is not None and first_key.group(1) not in ("thought", "name")

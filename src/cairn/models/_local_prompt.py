@@ -6,8 +6,9 @@ reuses the evaluated prefix (its KV cache) and a step costs only the new tokens,
 matters at 55-65 prompt tokens/s on two cores.
 
 The model's own earlier steps are rendered in exactly the JSON it was constrained to
-produce (`_local_reply.render_reply`), and tool results as Qwen's `<tool_response>`
-messages. The preamble is written for a 1.5B model: short, concrete, one rule a line,
+produce (`_local_reply.render_reply`): a call's thought comes back from the engine as the
+assistant message stored just before the call, and is put back inside it. Tool results
+are Qwen's `<tool_response>` messages. The preamble is written for a 1.5B model: short, concrete, one rule a line,
 with the reply format shown rather than described; it names no particular task.
 """
 
@@ -36,20 +37,37 @@ _HEAD_CHARS = 1000
 _DEFAULT_INSTRUCTIONS = "You are a careful coding agent."
 
 _FORMAT = """\
-You work step by step. Every message you write is exactly one JSON object: either a tool call
-{"name": "<tool name>", "arguments": {<the tool's arguments>}}
-or, when the whole task is done, your answer to the user
-{"name": "final_answer", "arguments": {"text": "<your answer>"}}
-After each tool call you get its result in a <tool_response> message. Read it before the next step."""
+You are an agent: you do the work yourself by calling tools. Describing the work does not \
+do it.
+
+Every message you write is exactly one JSON object: either a tool call
+{"thought": "<the next unfinished part of the request, and how this call does it>", \
+"name": "<tool name>", "arguments": {<the tool's arguments>}}
+or, when all the work is done, your answer to the user
+{"thought": "<how the tool results show that every part of the request is done>", \
+"name": "final_answer", "arguments": {"text": "<your answer>"}}
+After each tool call you get its result in a <tool_response> message."""
 
 _RULES = """\
 # How to work
-- Do what the user asked, one tool call at a time, in order.
-- When you create or change a file, write its complete new content in one call.
+- Start every new request with a tool call, never with final_answer.
+- Do every part of the request, one tool call at a time, in the order asked.
+- A file you are asked to create does not exist yet: write it before you run it.
+- To create or change a file, write its complete new content in one call.
 - After writing a program, run it and read the output. If it fails, fix the file and run it again.
 - Never repeat a call you already made with the same arguments: its result is above.
-- When every part of the task is done, reply with final_answer: say briefly what you did and \
-include the actual output you saw."""
+- Reply with final_answer only when every part of the request is done: say briefly what you \
+did and quote the actual output you saw."""
+
+
+def _type_name(schema: Any) -> str:
+    if not isinstance(schema, Mapping):
+        return "any"
+    if "type" in schema:
+        return str(schema["type"])
+    # Optional fields from pydantic come as anyOf [T, null]; null is implied by "optional".
+    options = [_type_name(o) for o in schema.get("anyOf") or () if not (isinstance(o, Mapping) and o.get("type") == "null")]
+    return " | ".join(options) or "any"
 
 
 def _describe_parameters(parameters: Mapping[str, Any]) -> list[str]:
@@ -57,7 +75,7 @@ def _describe_parameters(parameters: Mapping[str, Any]) -> list[str]:
     required = set(parameters.get("required") or ())
     lines: list[str] = []
     for name, schema in properties.items():
-        kind = schema.get("type", "any") if isinstance(schema, Mapping) else "any"
+        kind = _type_name(schema)
         if isinstance(schema, Mapping) and "enum" in schema:
             kind = " | ".join(json.dumps(v) for v in schema["enum"])
         description = schema.get("description", "") if isinstance(schema, Mapping) else ""
@@ -89,13 +107,13 @@ def _message(role: str, text: str) -> str:
     return f"<|im_start|>{role}\n{text}<|im_end|>\n"
 
 
-def _call_text(item: FunctionCallInput) -> str:
+def _call_text(item: FunctionCallInput, thought: str) -> str:
     try:
         arguments = json.loads(item.arguments)
     except json.JSONDecodeError:
         arguments = None
     if isinstance(arguments, dict):
-        return render_reply(ToolCallReply(item.name, arguments))
+        return render_reply(ToolCallReply(item.name, arguments, thought))
     # Not an object: show it as the model wrote it rather than invent a structure.
     return json.dumps({"name": item.name, "arguments": item.arguments}, ensure_ascii=False)
 
@@ -112,14 +130,19 @@ def render_prompt(request: ModelRequest, *, reminder: str | None = None) -> str:
         system_parts.append(render_tools(request.tools))
     system_parts.append(_RULES)
     parts = [_message("system", "\n\n".join(system_parts))]
-    for item in request.input:
+    items = list(request.input)
+    for index, item in enumerate(items):
+        following = items[index + 1] if index + 1 < len(items) else None
+        previous = items[index - 1] if index > 0 else None
         if isinstance(item, MessageInput):
-            if item.role == "assistant":
-                parts.append(_message("assistant", render_reply(FinalAnswer(item.text))))
-            else:
+            if item.role != "assistant":
                 parts.append(_message(item.role, item.text))
+            elif not isinstance(following, FunctionCallInput):
+                parts.append(_message("assistant", render_reply(FinalAnswer(item.text))))
+            # else: it is the thought of the call that follows, rendered inside that call.
         elif isinstance(item, FunctionCallInput):
-            parts.append(_message("assistant", _call_text(item)))
+            thought = previous.text if isinstance(previous, MessageInput) and previous.role == "assistant" else ""
+            parts.append(_message("assistant", _call_text(item, thought)))
         elif isinstance(item, FunctionCallOutputInput):
             parts.append(_message("user", f"<tool_response>\n{_clip(item.output)}\n</tool_response>"))
     if reminder:

@@ -14,6 +14,7 @@ only through worker threads, one token at a time, so the event loop never waits 
 from __future__ import annotations
 
 import codecs
+import importlib.util
 import logging
 import os
 import threading
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.errors import ModelError
+from cairn.models._local_sampling import install_checked_sampling
 
 __all__ = [
     "Generation",
@@ -44,12 +46,12 @@ _registry: dict[Path, LoadedModel] = {}
 
 
 def is_llama_cpp_installed() -> bool:
-    """Whether the `local` extra's inference library can be imported."""
-    try:
-        import llama_cpp  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether the `local` extra's inference library is installed.
+
+    Looks the package up without importing it: importing loads llama.cpp's shared
+    library, which is slow enough to matter on the event loop.
+    """
+    return importlib.util.find_spec("llama_cpp") is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +243,7 @@ def load_model(path: Path) -> LoadedModel:
             )
         except (ValueError, RuntimeError) as exc:
             raise ModelError(f"llama.cpp could not load {path}: {exc}", retryable=False) from exc
+        install_checked_sampling(llama)
         loaded = LoadedModel(llama, time.monotonic() - started)
         _log.info("loaded local model %s in %.1f s", path.name, loaded.load_seconds)
         _registry[path] = loaded

@@ -81,6 +81,15 @@ _REPEAT_REMINDER = (
     "You just made that exact call and its result is above. Do not repeat it. "
     "Take the next step of the task, or reply with final_answer if the task is done."
 )
+# A 1.5B model tends to answer as soon as it has written a file, or to answer a new
+# request from memory of the last one (measured on the tree.py tutorial: both turns ended
+# without running anything). So its first move to answer is stopped before any text is
+# sent, and it is asked to check; the second is let through.
+_CHECK_REMINDER = (
+    "Before you answer, compare the user's last request with what your tool calls have "
+    "done so far. If any part of it is not done yet, do that part now with a tool call. "
+    "If every part is done, reply with final_answer and quote the actual output you saw."
+)
 _FINISH_REMINDER = (
     "You have made many tool calls. Stop now and reply with final_answer: say what you "
     "did and what the results were."
@@ -124,7 +133,7 @@ def create_local_model(name: str, cache_dir: Path) -> Model:
 class _Attempt:
     """One constrained generation: what was asked and what came back."""
 
-    reply: FinalAnswer | ToolCallReply
+    reply: FinalAnswer | ToolCallReply | None  # None: stopped at the start of an answer
     streamed: str
     usage: Usage
 
@@ -170,17 +179,19 @@ class LocalModel(Model):
         calls = turn_calls(request.input)
         allow_tools = bool(request.tools) and len(calls) < _MAX_CALLS_PER_TURN
         reminder = None if allow_tools or not request.tools else _FINISH_REMINDER
-        # Attempts: as asked; then with a reminder if it repeated; then answer-only. The
-        # last plan always allows only the final answer, so the loop always returns.
-        plans = [(allow_tools, reminder)]
-        if allow_tools:
-            plans += [(True, _REPEAT_REMINDER), (False, _REPEAT_REMINDER)]
+        # While tools are allowed, the model gets one reminder to check its work before
+        # it may answer; see _CHECK_REMINDER.
+        may_answer = not allow_tools
+        repeats = 0
         usage = Usage()
-        for allow, note in plans:
+        # Terminates: the check happens once, and after two repeats only the answer is
+        # allowed, so at most four attempts are made.
+        while True:
             attempt: _Attempt | None = None
             # aclosing: if our consumer stops early, the attempt's cleanup (handing the
             # model back) runs now, not whenever the garbage collector finalizes it.
-            async with aclosing(self._attempt(model, request, allow_tools=allow, reminder=note)) as events:
+            attempts = self._attempt(model, request, allow_tools=allow_tools, may_answer=may_answer, reminder=reminder)
+            async with aclosing(attempts) as events:
                 async for event in events:
                     if isinstance(event, TextDelta):
                         yield event
@@ -190,12 +201,23 @@ class LocalModel(Model):
                 raise ModelError("The local model's generation ended without a reply.")
             usage = _add(usage, attempt.usage)
             reply = attempt.reply
+            if reply is None:
+                _log.info("local model wants to answer; asking it to check its work first")
+                reminder, may_answer = _CHECK_REMINDER, True
+                continue
             if isinstance(reply, ToolCallReply) and _is_repeat(calls, reply):
                 _log.info("local model repeated %s; asking again", reply.name)
+                repeats += 1
+                reminder, allow_tools, may_answer = _REPEAT_REMINDER, repeats < 2, True
                 continue
             if isinstance(reply, ToolCallReply):
                 call = ToolCall(f"call_{secrets.token_hex(12)}", reply.name, dict(reply.arguments))
-                yield ModelResponse(text=None, tool_calls=(call,), usage=usage)
+                # The thought goes out only now, once the guard has kept the call: a
+                # delta cannot be taken back. Stored as the message before the call, it
+                # returns in the next step's input (see _local_prompt).
+                if reply.thought:
+                    yield TextDelta(reply.thought)
+                yield ModelResponse(text=reply.thought or None, tool_calls=(call,), usage=usage)
                 return
             text = _final_text(reply.text, attempt.streamed)
             if len(text) > len(attempt.streamed):
@@ -204,8 +226,10 @@ class LocalModel(Model):
             return
 
     async def _attempt(
-        self, model: LoadedModel, request: ModelRequest, *, allow_tools: bool, reminder: str | None
+        self, model: LoadedModel, request: ModelRequest, *, allow_tools: bool, may_answer: bool, reminder: str | None
     ) -> AsyncGenerator[TextDelta | _Attempt, None]:
+        """One generation. Without `may_answer`, it stops as soon as the reply turns out to
+        be a final answer, before any of its text is sent, and yields an empty attempt."""
         prompt = render_prompt(request, reminder=reminder)
         schema = json.dumps(reply_schema(request.tools, allow_tools=allow_tools))
         settings = _settings_for(self._settings, request, reminder)
@@ -218,6 +242,8 @@ class LocalModel(Model):
             while (piece := await run_sync(generation.next_piece)) is not None:
                 raw.append(piece)
                 text = answer.feed(piece)
+                if answer.is_answer and not may_answer:
+                    break
                 if text:
                     streamed.append(text)
                     yield TextDelta(text)
@@ -228,6 +254,9 @@ class LocalModel(Model):
                     await run_sync(generation.close)
         assert generation is not None  # open() either returned or raised
         usage = Usage(input_tokens=generation.prompt_tokens, output_tokens=generation.output_tokens)
+        if answer.is_answer and not may_answer:
+            yield _Attempt(None, "", usage)
+            return
         tool_names = [t.name for t in request.tools] if allow_tools else []
         try:
             reply = parse_reply("".join(raw), tool_names)

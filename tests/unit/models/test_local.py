@@ -42,8 +42,8 @@ EXEC = ToolSpec(
 )
 
 
-def _call(cmd: str) -> str:
-    return json.dumps({"name": "exec_command", "arguments": {"cmd": cmd}})
+def _call(cmd: str, thought: str = "") -> str:
+    return json.dumps({"thought": thought, "name": "exec_command", "arguments": {"cmd": cmd}})
 
 
 def _answer(text: str) -> str:
@@ -130,19 +130,37 @@ async def test_a_tool_call_becomes_one_call_and_no_text(install: Callable[..., L
     assert scripted.releases == 1
 
 
+async def test_a_calls_thought_is_sent_as_text_once_the_call_is_kept(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_call("ls", "Look first."), _call("pwd", "Then check where I am."))
+    deltas, response = await _collect(install(scripted), _request(_after_ls()))
+    assert deltas == ["Then check where I am."]  # the repeated call's thought never went out
+    assert response.text == "Then check where I am."
+    assert [c.arguments["cmd"] for c in response.tool_calls] == ["pwd"]
+
+
 async def test_the_final_answer_streams_as_it_is_generated(install: Callable[..., LocalModel]) -> None:
     text = 'The output:\n.\n├── tree.py\n"done"'
-    scripted = ScriptedModel(_answer(text))
+    scripted = ScriptedModel(_answer(text), _answer(text))
     deltas, response = await _collect(install(scripted), _request([MessageInput("user", "go")]))
     assert len(deltas) > 5  # token by token, not one block
     assert "".join(deltas) == response.text == text
     assert response.tool_calls == ()
-    assert response.usage.output_tokens == len(_pieces(_answer(text)))
+    assert response.usage.output_tokens > len(_pieces(_answer(text)))  # both attempts count
     assert response.usage.input_tokens > 0
 
 
+async def test_a_first_move_to_answer_is_stopped_and_checked(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_answer("Created tree.py."), _call("python tree.py", "It is not run yet."))
+    deltas, response = await _collect(install(scripted), _request(_after_ls()))
+    assert deltas == ["It is not run yet."]  # nothing of the stopped answer went out
+    assert "compare the user's last request" not in scripted.prompts[0]
+    assert "compare the user's last request" in scripted.prompts[1]
+    assert [c.arguments["cmd"] for c in response.tool_calls] == ["python tree.py"]
+    assert scripted.releases == 2
+
+
 async def test_tokens_are_generated_off_the_event_loop_thread(install: Callable[..., LocalModel]) -> None:
-    scripted = ScriptedModel(_answer("hello there"))
+    scripted = ScriptedModel(_answer("hello there"), _answer("hello there"))
     await _collect(install(scripted), _request([MessageInput("user", "go")]))
     assert scripted.decode_threads
     assert threading.get_ident() not in scripted.decode_threads
@@ -209,7 +227,7 @@ async def test_a_tool_call_cut_off_by_the_token_limit_is_not_used(install: Calla
 
 
 async def test_an_answer_cut_off_by_the_token_limit_keeps_what_was_said(install: Callable[..., LocalModel]) -> None:
-    scripted = ScriptedModel(_answer("a long answer " * 20))
+    scripted = ScriptedModel(_answer("a long answer " * 20), _answer("a long answer " * 20))
     model = install(scripted, GenerationSettings(max_tokens=30))
     deltas, response = await _collect(model, _request([MessageInput("user", "go")]))
     assert response.text == "".join(deltas)
@@ -223,13 +241,13 @@ async def test_an_unreadable_reply_is_a_model_error(install: Callable[..., Local
 
 
 async def test_a_consumer_that_stops_early_hands_the_model_back(install: Callable[..., LocalModel]) -> None:
-    scripted = ScriptedModel(_answer("one two three four five six"))
+    scripted = ScriptedModel(_answer("one two three four five six"), _answer("one two three four five six"))
     stream = install(scripted).stream(_request([MessageInput("user", "go")]))
     async for event in stream:
         assert isinstance(event, TextDelta)
         break
     await stream.aclose()  # type: ignore[attr-defined]
-    assert scripted.releases == 1
+    assert scripted.releases == 2  # the checked attempt, and the one cut short
 
 
 @pytest.mark.parametrize(
@@ -251,7 +269,7 @@ async def test_requests_it_cannot_honour_are_refused(
 
 
 async def test_a_plain_text_format_is_accepted(install: Callable[..., LocalModel]) -> None:
-    _, response = await _collect(install(ScriptedModel(_answer("ok"))), _request([MessageInput("user", "x")], text_format={"type": "text"}))
+    _, response = await _collect(install(ScriptedModel(_answer("ok"), _answer("ok"))), _request([MessageInput("user", "x")], text_format={"type": "text"}))
     assert response.text == "ok"
 
 

@@ -60,6 +60,28 @@ def test_compact_and_spaced_json_both_stream() -> None:
     assert "".join(pieces) == "ok"
 
 
+@pytest.mark.parametrize("size", [1, 4])
+def test_the_thought_before_the_answer_is_skipped(size: int) -> None:
+    thought = 'It printed "ok" {"name": "final_answer"} so it is done \\'
+    raw = json.dumps({"thought": thought, "name": "final_answer", "arguments": {"text": "All done."}})
+    stream, pieces = _feed_all(raw, size)
+    assert stream.is_answer
+    assert "".join(pieces) == "All done."
+
+
+def test_a_tool_call_after_a_thought_streams_nothing() -> None:
+    raw = json.dumps({"thought": "run it", "name": "exec_command", "arguments": {"cmd": "ls"}})
+    stream, pieces = _feed_all(raw, 1)
+    assert pieces == []
+    assert not stream.is_answer
+
+
+def test_a_reply_that_is_not_an_object_streams_nothing() -> None:
+    stream, pieces = _feed_all('Sure! {"name": "final_answer", "arguments": {"text": "x"}}', 1)
+    assert pieces == []
+    assert not stream.is_answer
+
+
 def test_a_tool_call_streams_nothing() -> None:
     raw = json.dumps({"name": "exec_command", "arguments": {"cmd": 'echo "final_answer"'}})
     stream, pieces = _feed_all(raw, 1)

@@ -45,7 +45,7 @@ def test_tools_are_described_with_their_arguments() -> None:
 def test_prompt_is_chatml_ending_at_the_assistant_reply() -> None:
     prompt = render_prompt(_request([MessageInput("user", "List the files.")]))
     assert prompt.startswith("<|im_start|>system\nBe exact.\n\n")
-    assert '{"name": "final_answer", "arguments": {"text": "<your answer>"}}' in prompt
+    assert '"name": "final_answer", "arguments": {"text": "<your answer>"}}' in prompt
     assert "<|im_start|>user\nList the files.<|im_end|>\n" in prompt
     assert prompt.endswith("<|im_start|>assistant\n")
 
@@ -68,6 +68,19 @@ def test_history_is_rendered_in_the_reply_format() -> None:
     assert f"<|im_start|>assistant\n{call}<|im_end|>\n" in prompt
     assert "<|im_start|>user\n<tool_response>\na.py\nb.py\n</tool_response><|im_end|>\n" in prompt
     assert f"<|im_start|>assistant\n{answer}<|im_end|>\n" in prompt
+
+
+def test_a_calls_thought_is_the_assistant_message_stored_before_it() -> None:
+    items: list[InputItem] = [
+        MessageInput("user", "Run ls."),
+        MessageInput("assistant", "List the files first."),
+        FunctionCallInput("c1", "exec_command", '{"cmd": "ls"}'),
+        FunctionCallOutputInput("c1", "a.py"),
+    ]
+    prompt = render_prompt(_request(items))
+    call = json.dumps({"thought": "List the files first.", "name": "exec_command", "arguments": {"cmd": "ls"}})
+    assert f"<|im_start|>assistant\n{call}<|im_end|>\n" in prompt
+    assert "final_answer\", \"arguments\": {\"text\": \"List the files first." not in prompt
 
 
 def test_arguments_that_are_not_an_object_are_shown_as_written() -> None:

@@ -45,8 +45,9 @@ def test_schema_has_one_branch_per_tool_plus_final_answer() -> None:
     schema = reply_schema([EXEC, WRITE])
     assert _branch_names(schema) == ["exec_command", "write_file", FINAL_ANSWER]
     for branch in schema["oneOf"]:
-        assert list(branch["properties"]) == ["name", "arguments"]  # name first: streamable
-        assert branch["required"] == ["name", "arguments"]
+        # Think, then choose; the answer's text comes last, so it can stream.
+        assert list(branch["properties"]) == ["thought", "name", "arguments"]
+        assert branch["required"] == ["thought", "name", "arguments"]
         assert branch["additionalProperties"] is False
 
 
@@ -68,9 +69,14 @@ def test_answer_only_schema_for_the_repeat_guard() -> None:
     assert _branch_names(reply_schema([EXEC, WRITE], allow_tools=False)) == [FINAL_ANSWER]
 
 
-def test_parses_a_tool_call() -> None:
-    raw = '{"name": "exec_command", "arguments": {"cmd": "python tree.py"}}'
-    assert parse_reply(raw, NAMES) == ToolCallReply("exec_command", {"cmd": "python tree.py"})
+def test_parses_a_tool_call_and_its_thought() -> None:
+    raw = '{"thought": " Run the script. ", "name": "exec_command", "arguments": {"cmd": "python tree.py"}}'
+    assert parse_reply(raw, NAMES) == ToolCallReply("exec_command", {"cmd": "python tree.py"}, "Run the script.")
+
+
+def test_a_call_without_a_thought_is_still_a_call() -> None:
+    raw = '{"name": "exec_command", "arguments": {"cmd": "ls"}, "thought": 3}'
+    assert parse_reply(raw, NAMES) == ToolCallReply("exec_command", {"cmd": "ls"}, "")
 
 
 def test_parses_a_final_answer() -> None:
@@ -145,7 +151,11 @@ def test_a_tool_is_not_callable_when_it_was_not_offered() -> None:
 
 @pytest.mark.parametrize(
     "reply",
-    [FinalAnswer('say "hi"\n'), ToolCallReply("write_file", {"path": "t.py", "content": "é\n"})],
+    [
+        FinalAnswer('say "hi"\n'),
+        ToolCallReply("write_file", {"path": "t.py", "content": "é\n"}),
+        ToolCallReply("write_file", {"path": "t.py", "content": ""}, "Write it first."),
+    ],
 )
 def test_render_reply_round_trips(reply: FinalAnswer | ToolCallReply) -> None:
     rendered = render_reply(reply)
