@@ -21,7 +21,7 @@ from cairn.ids import new_artifact_id
 from cairn.sandbox.base import WORKSPACE_MOUNT
 from cairn.store.artifacts import ArtifactRecord, insert_artifact
 from cairn.store.sessions import SessionRecord, update_session
-from sqlalchemy.ext.asyncio import AsyncConnection
+from cairn.store.db import Connection
 
 __all__ = ["OUTPUTS_DIR", "PublishedOutput", "collect_outputs", "record_outputs"]
 
@@ -59,7 +59,7 @@ async def collect_outputs(files: WorkspaceFiles, blobs: BlobStore, session: Sess
 
 
 async def record_outputs(
-    conn: AsyncConnection, session: SessionRecord, turn_id: str, outputs: list[PublishedOutput]
+    conn: Connection, session: SessionRecord, turn_id: str, outputs: list[PublishedOutput]
 ) -> list[ArtifactRecord]:
     if not outputs:
         return []

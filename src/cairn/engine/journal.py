@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from cairn.store.db import Connection
 
 from cairn.engine.notifier import Notifier
 from cairn.store.db import Database
@@ -32,7 +32,7 @@ class Fence:
 
 @dataclass(slots=True)
 class Transaction:
-    conn: AsyncConnection
+    conn: Connection
     session_id: str
     fenced_turn: TurnRecord | None = None
     pending: list[dict[str, Any]] = field(default_factory=list)

@@ -47,7 +47,7 @@ from cairn.snapshots import StartOutcome
 from cairn.store.items import ItemRecord, insert_item, pending_client_calls, session_items, turn_items, update_item
 from cairn.store.jobs import Job, complete_job
 from cairn.store.sessions import SessionRecord, get_session, update_session
-from cairn.store.turns import TurnRecord, get_turn, update_turn
+from cairn.store.turns import TurnRecord, advance_step, get_turn, update_turn
 
 __all__ = ["TurnRunner"]
 
@@ -430,7 +430,7 @@ class TurnRunner:
             turn = tx.fenced_turn
             assert turn is not None
             usage = _add_usage(turn.usage, response.usage)
-            ctx.turn = await update_turn(
+            ctx.turn = await advance_step(
                 tx.conn, turn.id, step=turn.step + 1, usage=usage, next_output_index=ctx.next_output_index
             )
 

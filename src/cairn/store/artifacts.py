@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
+from cairn.store.db import Connection
 
 from cairn.errors import InvalidRequestError
 from cairn.store.pages import Order, Page, fetch_page
@@ -56,19 +56,19 @@ def _record(row: sa.Row[Any]) -> ArtifactRecord:
     return ArtifactRecord(**row._asdict())
 
 
-async def insert_artifact(conn: AsyncConnection, record: ArtifactRecord) -> None:
+async def insert_artifact(conn: Connection, record: ArtifactRecord) -> None:
     values = {f: getattr(record, f) for f in ArtifactRecord.__slots__ if f != "position"}
     await conn.execute(sa.insert(artifacts).values(**values))
 
 
-async def get_artifact(conn: AsyncConnection, session_id: str, artifact_id: str) -> ArtifactRecord | None:
+async def get_artifact(conn: Connection, session_id: str, artifact_id: str) -> ArtifactRecord | None:
     stmt = sa.select(artifacts).where(artifacts.c.id == artifact_id, artifacts.c.session_id == session_id)
     row = (await conn.execute(stmt)).first()
     return _record(row) if row is not None else None
 
 
 async def list_artifacts(
-    conn: AsyncConnection,
+    conn: Connection,
     session_id: str,
     *,
     environment_id: str | None,
@@ -89,15 +89,15 @@ async def list_artifacts(
     return Page([_record(r) for r in page.data], page.has_more)
 
 
-async def delete_artifact(conn: AsyncConnection, artifact_id: str) -> None:
+async def delete_artifact(conn: Connection, artifact_id: str) -> None:
     await conn.execute(sa.delete(artifacts).where(artifacts.c.id == artifact_id))
 
 
-async def count_blob_references(conn: AsyncConnection, sha256: str) -> int:
+async def count_blob_references(conn: Connection, sha256: str) -> int:
     stmt = sa.select(sa.func.count()).select_from(artifacts).where(artifacts.c.sha256 == sha256)
     return int((await conn.execute(stmt)).scalar_one())
 
 
-async def session_blob_digests(conn: AsyncConnection, session_id: str) -> set[str]:
+async def session_blob_digests(conn: Connection, session_id: str) -> set[str]:
     stmt = sa.select(artifacts.c.sha256).where(artifacts.c.session_id == session_id).distinct()
     return set((await conn.execute(stmt)).scalars().all())

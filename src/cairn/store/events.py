@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
+from cairn.store.db import Connection
 
 from cairn.store.tables import events, sessions
 
@@ -31,24 +31,28 @@ class EventRecord:
     created_at: float
 
 
+# Built once: constant statements skip SQLAlchemy's per-call construction and cache-key work.
+_ADVANCE_SEQ = (
+    sa.update(sessions)
+    .where(sessions.c.id == sa.bindparam("sid"))
+    .values(last_event_seq=sessions.c.last_event_seq + sa.bindparam("count"))
+    .returning(sessions.c.last_event_seq)
+)
+_INSERT = sa.insert(events)
+
+
 def event_id(session_id: str, seq: int) -> str:
     """Stable and unique across sessions, so replays carry the same id (clients dedupe on it)."""
     return f"evt_{session_id.removeprefix('sess_')}_{seq}"
 
 
 async def append_events(
-    conn: AsyncConnection, session_id: str, payloads: Sequence[dict[str, Any]]
+    conn: Connection, session_id: str, payloads: Sequence[dict[str, Any]]
 ) -> list[EventRecord]:
     """Number, serialize and store `payloads` (each has at least `type`) in order."""
     if not payloads:
         return []
-    stmt = (
-        sa.update(sessions)
-        .where(sessions.c.id == session_id)
-        .values(last_event_seq=sessions.c.last_event_seq + len(payloads))
-        .returning(sessions.c.last_event_seq)
-    )
-    last = int((await conn.execute(stmt)).scalar_one())
+    last = int((await conn.execute(_ADVANCE_SEQ, {"sid": session_id, "count": len(payloads)})).scalar_one())
     now = time.time()
     records = []
     for offset, payload in enumerate(payloads):
@@ -65,11 +69,11 @@ async def append_events(
                 created_at=now,
             )
         )
-    await conn.execute(sa.insert(events), [{f: getattr(r, f) for f in EventRecord.__slots__} for r in records])
+    await conn.execute(_INSERT, [{f: getattr(r, f) for f in EventRecord.__slots__} for r in records])
     return records
 
 
-async def read_events_after(conn: AsyncConnection, session_id: str, seq: int, *, limit: int) -> list[EventRecord]:
+async def read_events_after(conn: Connection, session_id: str, seq: int, *, limit: int) -> list[EventRecord]:
     stmt = (
         sa.select(events)
         .where(events.c.session_id == session_id, events.c.seq > seq)

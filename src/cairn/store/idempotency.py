@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
+from cairn.store.db import Connection
 
 from cairn.errors import InvalidRequestError
 from cairn.store.tables import idempotency_keys
@@ -18,7 +18,7 @@ from cairn.store.tables import idempotency_keys
 __all__ = ["record_idempotency_key"]
 
 
-async def record_idempotency_key(conn: AsyncConnection, session_id: str, key: str, request_digest: str) -> bool:
+async def record_idempotency_key(conn: Connection, session_id: str, key: str, request_digest: str) -> bool:
     """Record `key`; return True when it was already recorded for the same request."""
     stmt = sa.select(idempotency_keys.c.request_digest).where(
         idempotency_keys.c.session_id == session_id, idempotency_keys.c.key == key

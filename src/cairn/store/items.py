@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
+from cairn.store.db import Connection
 
 from cairn.errors import InvalidRequestError
 from cairn.store.pages import Order, Page, fetch_page
@@ -55,24 +55,33 @@ def _record(row: sa.Row[Any]) -> ItemRecord:
     return ItemRecord(**row._asdict())
 
 
-async def insert_item(conn: AsyncConnection, record: ItemRecord) -> ItemRecord:
+# Built once: constant statements skip SQLAlchemy's per-call construction and cache-key work.
+_INSERT = sa.insert(items).returning(items.c.position)
+_UPDATE = (
+    sa.update(items)
+    .where(items.c.id == sa.bindparam("item_id"))
+    .values(status=sa.bindparam("status"), data=sa.bindparam("data", type_=items.c.data.type))
+    .returning(items)
+)
+
+
+async def insert_item(conn: Connection, record: ItemRecord) -> ItemRecord:
     values = {f: getattr(record, f) for f in ItemRecord.__slots__ if f != "position"}
-    position = (await conn.execute(sa.insert(items).values(**values).returning(items.c.position))).scalar_one()
+    position = (await conn.execute(_INSERT, values)).scalar_one()
     return ItemRecord(**{**values, "position": int(position)})
 
 
-async def update_item(conn: AsyncConnection, item_id: str, *, status: str | None, data: dict[str, Any]) -> ItemRecord:
-    stmt = sa.update(items).where(items.c.id == item_id).values(status=status, data=data).returning(items)
-    return _record((await conn.execute(stmt)).one())
+async def update_item(conn: Connection, item_id: str, *, status: str | None, data: dict[str, Any]) -> ItemRecord:
+    return _record((await conn.execute(_UPDATE, {"item_id": item_id, "status": status, "data": data})).one())
 
 
-async def get_item(conn: AsyncConnection, item_id: str) -> ItemRecord | None:
+async def get_item(conn: Connection, item_id: str) -> ItemRecord | None:
     row = (await conn.execute(sa.select(items).where(items.c.id == item_id))).first()
     return _record(row) if row is not None else None
 
 
 async def list_items(
-    conn: AsyncConnection,
+    conn: Connection,
     session_id: str,
     *,
     turn_id: str | None = None,
@@ -93,17 +102,17 @@ async def list_items(
     return Page([_record(r) for r in page.data], page.has_more)
 
 
-async def turn_items(conn: AsyncConnection, turn_id: str) -> list[ItemRecord]:
+async def turn_items(conn: Connection, turn_id: str) -> list[ItemRecord]:
     stmt = sa.select(items).where(items.c.turn_id == turn_id).order_by(items.c.position)
     return [_record(r) for r in (await conn.execute(stmt)).all()]
 
 
-async def session_items(conn: AsyncConnection, session_id: str) -> list[ItemRecord]:
+async def session_items(conn: Connection, session_id: str) -> list[ItemRecord]:
     stmt = sa.select(items).where(items.c.session_id == session_id).order_by(items.c.position)
     return [_record(r) for r in (await conn.execute(stmt)).all()]
 
 
-async def pending_client_calls(conn: AsyncConnection, turn_id: str) -> list[ItemRecord]:
+async def pending_client_calls(conn: Connection, turn_id: str) -> list[ItemRecord]:
     """Client function calls of the turn that have no `function_call_output` yet."""
     answered = sa.select(items.c.call_id).where(items.c.turn_id == turn_id, items.c.type == "function_call_output")
     stmt = (

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
+from cairn.store.db import Connection
 
 from cairn.store.db import Database
 from cairn.store.tables import jobs
@@ -43,7 +43,7 @@ class Job:
     lease_token: int
 
 
-async def enqueue_job(conn: AsyncConnection, *, kind: str, session_id: str, turn_id: str | None) -> bool:
+async def enqueue_job(conn: Connection, *, kind: str, session_id: str, turn_id: str | None) -> bool:
     """Queue a job unless the same work is already queued or running; True if queued."""
     duplicate = sa.select(jobs.c.id).where(
         jobs.c.kind == kind,
@@ -113,7 +113,7 @@ async def renew_lease(db: Database, job: Job, *, lease_s: float) -> bool:
         return (await conn.execute(stmt)).rowcount == 1
 
 
-async def complete_job(conn: AsyncConnection, job: Job, *, error: str | None = None) -> bool:
+async def complete_job(conn: Connection, job: Job, *, error: str | None = None) -> bool:
     """Mark the job done (or failed) in the caller's transaction; False if the lease was lost."""
     stmt = (
         sa.update(jobs)

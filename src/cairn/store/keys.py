@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
+from cairn.store.db import Connection
 
 from cairn.errors import InvalidRequestError
 from cairn.store.tables import api_keys
@@ -34,7 +34,7 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-async def create_key(conn: AsyncConnection, *, tenant: str, role: str) -> tuple[KeyRecord, str]:
+async def create_key(conn: Connection, *, tenant: str, role: str) -> tuple[KeyRecord, str]:
     """Create a key and return it with its secret, which is never stored or shown again."""
     if role not in ROLES:
         raise InvalidRequestError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}", param="role")
@@ -54,18 +54,18 @@ def _record(row: sa.Row[Any]) -> KeyRecord:
     return KeyRecord(id=row.id, tenant=row.tenant, role=row.role, created_at=row.created_at, revoked_at=row.revoked_at)
 
 
-async def find_key(conn: AsyncConnection, secret: str) -> KeyRecord | None:
+async def find_key(conn: Connection, secret: str) -> KeyRecord | None:
     """The live key for `secret`, or None."""
     stmt = sa.select(api_keys).where(api_keys.c.key_hash == hash_secret(secret), api_keys.c.revoked_at.is_(None))
     row = (await conn.execute(stmt)).first()
     return _record(row) if row is not None else None
 
 
-async def list_keys(conn: AsyncConnection) -> list[KeyRecord]:
+async def list_keys(conn: Connection) -> list[KeyRecord]:
     rows = (await conn.execute(sa.select(api_keys).order_by(api_keys.c.created_at))).all()
     return [_record(r) for r in rows]
 
 
-async def revoke_key(conn: AsyncConnection, key_id: str) -> bool:
+async def revoke_key(conn: Connection, key_id: str) -> bool:
     stmt = sa.update(api_keys).where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None)).values(revoked_at=time.time())
     return (await conn.execute(stmt)).rowcount == 1

@@ -41,13 +41,11 @@ async def current_revision(db: Database) -> str | None:
 
 
 async def upgrade(db: Database, revision: str = "head") -> None:
-    async with db.engine.begin() as conn:
-        await conn.run_sync(lambda sync: command.upgrade(_config(sync), revision))
+    await db.run_admin(lambda sync: command.upgrade(_config(sync), revision))
 
 
 async def downgrade(db: Database, revision: str) -> None:
-    async with db.engine.begin() as conn:
-        await conn.run_sync(lambda sync: command.downgrade(_config(sync), revision))
+    await db.run_admin(lambda sync: command.downgrade(_config(sync), revision))
 
 
 async def check_schema(db: Database) -> None:

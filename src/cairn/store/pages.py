@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
+from cairn.store.db import Connection
 
 __all__ = ["Order", "Page", "fetch_page"]
 
@@ -25,7 +25,7 @@ class Page(Generic[T]):
 
 
 async def fetch_page(
-    conn: AsyncConnection,
+    conn: Connection,
     stmt: sa.Select[Any],
     key: Sequence[sa.ColumnElement[Any]],
     *,

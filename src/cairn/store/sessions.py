@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
+from cairn.store.db import Connection
 
 from cairn.errors import InvalidRequestError
 from cairn.store.pages import Order, Page, fetch_page
@@ -51,12 +51,12 @@ def _record(row: sa.Row[Any]) -> SessionRecord:
     return SessionRecord(**row._asdict())
 
 
-async def insert_session(conn: AsyncConnection, record: SessionRecord) -> None:
+async def insert_session(conn: Connection, record: SessionRecord) -> None:
     await conn.execute(sa.insert(sessions).values(**{f: getattr(record, f) for f in SessionRecord.__slots__}))
 
 
 async def get_session(
-    conn: AsyncConnection, session_id: str, *, tenant: str | None = None, for_update: bool = False
+    conn: Connection, session_id: str, *, tenant: str | None = None, for_update: bool = False
 ) -> SessionRecord | None:
     """The session, or None when it does not exist or belongs to another tenant."""
     stmt = sa.select(sessions).where(sessions.c.id == session_id)
@@ -69,7 +69,7 @@ async def get_session(
 
 
 async def list_sessions(
-    conn: AsyncConnection,
+    conn: Connection,
     tenant: str,
     *,
     after: str | None,
@@ -90,14 +90,14 @@ async def list_sessions(
     return Page([_record(r) for r in page.data], page.has_more)
 
 
-async def update_session(conn: AsyncConnection, session_id: str, **values: Any) -> SessionRecord:
+async def update_session(conn: Connection, session_id: str, **values: Any) -> SessionRecord:
     row = (
         await conn.execute(sa.update(sessions).where(sessions.c.id == session_id).values(**values).returning(sessions))
     ).one()
     return _record(row)
 
 
-async def allocate_turn_ordinal(conn: AsyncConnection, session_id: str) -> int:
+async def allocate_turn_ordinal(conn: Connection, session_id: str) -> int:
     stmt = (
         sa.update(sessions)
         .where(sessions.c.id == session_id)
@@ -107,5 +107,5 @@ async def allocate_turn_ordinal(conn: AsyncConnection, session_id: str) -> int:
     return int((await conn.execute(stmt)).scalar_one()) - 1
 
 
-async def delete_session(conn: AsyncConnection, session_id: str) -> None:
+async def delete_session(conn: Connection, session_id: str) -> None:
     await conn.execute(sa.delete(sessions).where(sessions.c.id == session_id))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection
+from cairn.store.db import Connection
 
 from cairn.errors import InvalidRequestError, LeaseLostError
 from cairn.store.pages import Order, Page, fetch_page
@@ -25,6 +25,7 @@ __all__ = [
     "list_turns",
     "next_queued_turn",
     "active_turn",
+    "advance_step",
     "update_turn",
 ]
 
@@ -58,11 +59,11 @@ def _record(row: sa.Row[Any]) -> TurnRecord:
     return TurnRecord(**row._asdict())
 
 
-async def insert_turn(conn: AsyncConnection, record: TurnRecord) -> None:
+async def insert_turn(conn: Connection, record: TurnRecord) -> None:
     await conn.execute(sa.insert(turns).values(**{f: getattr(record, f) for f in TurnRecord.__slots__}))
 
 
-async def get_turn(conn: AsyncConnection, turn_id: str, *, session_id: str | None = None) -> TurnRecord | None:
+async def get_turn(conn: Connection, turn_id: str, *, session_id: str | None = None) -> TurnRecord | None:
     stmt = sa.select(turns).where(turns.c.id == turn_id)
     if session_id is not None:
         stmt = stmt.where(turns.c.session_id == session_id)
@@ -70,21 +71,21 @@ async def get_turn(conn: AsyncConnection, turn_id: str, *, session_id: str | Non
     return _record(row) if row is not None else None
 
 
-async def active_turn(conn: AsyncConnection, session_id: str) -> TurnRecord | None:
+async def active_turn(conn: Connection, session_id: str) -> TurnRecord | None:
     """The turn that is running or waiting for the client, if any."""
     stmt = sa.select(turns).where(turns.c.session_id == session_id, turns.c.status.in_(ACTIVE_STATUSES))
     row = (await conn.execute(stmt.order_by(turns.c.ordinal).limit(1))).first()
     return _record(row) if row is not None else None
 
 
-async def next_queued_turn(conn: AsyncConnection, session_id: str) -> TurnRecord | None:
+async def next_queued_turn(conn: Connection, session_id: str) -> TurnRecord | None:
     stmt = sa.select(turns).where(turns.c.session_id == session_id, turns.c.status == "queued")
     row = (await conn.execute(stmt.order_by(turns.c.ordinal).limit(1))).first()
     return _record(row) if row is not None else None
 
 
 async def list_turns(
-    conn: AsyncConnection, session_id: str, *, after: str | None, order: Order, limit: int
+    conn: Connection, session_id: str, *, after: str | None, order: Order, limit: int
 ) -> Page[TurnRecord]:
     after_key = None
     if after is not None:
@@ -97,20 +98,42 @@ async def list_turns(
     return Page([_record(r) for r in page.data], page.has_more)
 
 
-async def update_turn(conn: AsyncConnection, turn_id: str, **values: Any) -> TurnRecord:
+async def update_turn(conn: Connection, turn_id: str, **values: Any) -> TurnRecord:
     stmt = sa.update(turns).where(turns.c.id == turn_id).values(**values).returning(turns)
     return _record((await conn.execute(stmt)).one())
 
 
-async def fence_turn(conn: AsyncConnection, turn_id: str, lease_token: int) -> TurnRecord:
-    """Lock the turn for this transaction if `lease_token` still owns it, else raise."""
-    stmt = (
-        sa.update(turns)
-        .where(turns.c.id == turn_id, turns.c.lease_token == lease_token)
-        .values(lease_token=lease_token)
-        .returning(turns)
+_ADVANCE_STEP = (
+    sa.update(turns)
+    .where(turns.c.id == sa.bindparam("turn_id"))
+    .values(
+        step=sa.bindparam("step"),
+        usage=sa.bindparam("usage", type_=turns.c.usage.type),
+        next_output_index=sa.bindparam("next_output_index"),
     )
-    row = (await conn.execute(stmt)).first()
+    .returning(turns)
+)
+
+
+async def advance_step(
+    conn: Connection, turn_id: str, *, step: int, usage: dict[str, Any], next_output_index: int
+) -> TurnRecord:
+    """Record that a model step is done (the hot path of the loop, hence a prepared statement)."""
+    params = {"turn_id": turn_id, "step": step, "usage": usage, "next_output_index": next_output_index}
+    return _record((await conn.execute(_ADVANCE_STEP, params)).one())
+
+
+_FENCE = (
+    sa.update(turns)
+    .where(turns.c.id == sa.bindparam("turn_id"), turns.c.lease_token == sa.bindparam("token"))
+    .values(lease_token=sa.bindparam("token"))
+    .returning(turns)
+)
+
+
+async def fence_turn(conn: Connection, turn_id: str, lease_token: int) -> TurnRecord:
+    """Lock the turn for this transaction if `lease_token` still owns it, else raise."""
+    row = (await conn.execute(_FENCE, {"turn_id": turn_id, "token": lease_token})).first()
     if row is None:
         raise LeaseLostError(f"turn {turn_id} is no longer owned by lease {lease_token}")
     return _record(row)
