@@ -54,6 +54,7 @@ class CgroupHost:
     v2: Path | None = None
     v2_controllers: frozenset[str] = frozenset()
     unavailable: dict[str, str] = field(default_factory=dict)
+    v2_note: str = ""  # what the v2 hierarchy offers, or why it is not used
 
     def version_of(self, controller: str) -> int | None:
         if controller in self.v2_controllers:
@@ -70,6 +71,8 @@ class CgroupHost:
         if self.v2 is not None:
             parts.append(f"v2 cgroup.kill under {self.v2}")
         parts += [f"{name} unused: {why}" for name, why in sorted(self.unavailable.items())]
+        if not self.v2_controllers and not self.unavailable and self.v2_note:
+            parts.append(f"v2 unused: {self.v2_note}")
         return "; ".join(parts) or "none"
 
 
@@ -108,7 +111,9 @@ def discover_cgroups(
         v2_parent = None  # v1 already tracks every process; a v2 leaf would add nothing
     for parent in [*v1.values(), *([v2_parent] if v2_parent is not None else [])]:
         _remove_stale_leaves_best_effort(parent)
-    return CgroupHost(v1=v1, v2=v2_parent, v2_controllers=v2_enabled, unavailable=unavailable)
+    return CgroupHost(
+        v1=v1, v2=v2_parent, v2_controllers=v2_enabled, unavailable=unavailable, v2_note=v2_reason
+    )
 
 
 def _discover_v2(mount: Path, own_path: str) -> tuple[Path | None, frozenset[str], str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import os
 import stat
-from collections.abc import Iterable
 
 from .syscalls import (
     LANDLOCK_ADD_RULE,
@@ -20,6 +19,10 @@ from .syscalls import (
     LANDLOCK_RESTRICT_SELF,
     syscall,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = ["abi_version", "restrict_self"]
 

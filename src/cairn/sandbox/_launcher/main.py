@@ -19,7 +19,6 @@ from __future__ import annotations
 import marshal
 import os
 import resource
-import signal
 import sys
 
 from . import landlock, loopback, mounts, privileges, seccomp
@@ -39,6 +38,7 @@ _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWPID = 0x20000000
 _CLONE_NEWNET = 0x40000000
 _PR_SET_PDEATHSIG = 1
+_SIGKILL = 9  # not signal.SIGKILL: the `signal` module imports `enum` (slow to start)
 
 
 def main(spec_fd: int) -> None:
@@ -75,7 +75,7 @@ def _enter_namespaces(spec: LaunchSpec) -> None:
     if child:
         _wait_and_exit(child)
     os.close(alive_write)
-    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the waiter killed => the namespace dies
+    prctl(_PR_SET_PDEATHSIG, _SIGKILL)  # the waiter killed => the namespace dies
     os.set_blocking(alive_read, False)
     try:
         os.read(alive_read, 1)
