@@ -112,6 +112,8 @@ def create_app(settings: Settings, *, run_worker: bool = True) -> Starlette:
             log.info("sandbox backend: %s", runtime.sandbox.name)
             try:
                 async with anyio.create_task_group() as tg:
+                    if db.is_sqlite:
+                        tg.start_soon(db.run_checkpoints, name="wal-checkpoints")
                     if run_worker:
                         tg.start_soon(Worker(runtime, concurrency=settings.workers).run, name="worker")
                         tg.start_soon(watch_idle_sessions, runtime, name="idle-sessions")

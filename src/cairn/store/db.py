@@ -20,6 +20,7 @@ made every transaction ten times slower. What could block is kept off the loop i
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -38,6 +39,8 @@ from cairn.errors import InvalidRequestError, StoreError
 __all__ = ["Connection", "Database", "InlineConnection", "async_url"]
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 _BUSY_TIMEOUT_MS = 5
 _LOCK_RETRY_FIRST_S = 0.0005
@@ -201,6 +204,19 @@ class Database:
                 conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
 
         await run_sync(in_thread)
+
+    async def run_checkpoints(self, interval_s: float = 1.0) -> None:
+        """Checkpoint the SQLite WAL every `interval_s` until cancelled (a named app task)."""
+        while True:
+            await anyio.sleep(interval_s)
+            await self.checkpoint_best_effort()
+
+    async def checkpoint_best_effort(self) -> None:
+        """A checkpoint that can fail (the database is busy) and be tried again next time."""
+        try:
+            await self.checkpoint()
+        except sa.exc.OperationalError as exc:
+            log.warning("WAL checkpoint skipped: %s", exc.orig)
 
     async def dispose(self) -> None:
         if self._async is not None:
