@@ -16,6 +16,7 @@ from pathlib import Path
 
 import anyio
 
+from cairn._concurrency import run_sync
 from cairn.config import Settings
 from cairn.errors import CairnError
 from cairn.snapshots import SnapshotStore
@@ -46,6 +47,12 @@ def _make_data_dir(settings: Settings) -> None:
     os.chmod(settings.data_dir, 0o711)
 
 
+def _restrict_database_files(path: str) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.chmod(path + suffix, 0o600)
+
+
 async def prepare_data_dir(settings: Settings) -> str | None:
     """Create the data dir, migrate an empty database, and mint the first admin key.
 
@@ -58,9 +65,7 @@ async def prepare_data_dir(settings: Settings) -> str | None:
         if await current_revision(db) is None:
             await upgrade(db)
         if db.is_sqlite and db.url.database:
-            for suffix in ("", "-wal", "-shm"):
-                if os.path.exists(db.url.database + suffix):
-                    os.chmod(db.url.database + suffix, 0o600)
+            await run_sync(_restrict_database_files, db.url.database)
         async with db.write() as conn:
             if await list_keys(conn):
                 return None

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from cairn.testing.server import CairnServer

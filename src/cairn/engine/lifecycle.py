@@ -14,12 +14,12 @@ from typing import Any
 from cairn.engine.events import item_event, session_event, turn_event
 from cairn.engine.journal import Transaction
 from cairn.engine.wire import render_usage
-from cairn.store.items import ItemRecord, turn_items, update_item
+from cairn.store.items import ItemRecord, insert_item, new_item, turn_items, update_item
 from cairn.store.jobs import enqueue_job
 from cairn.store.sessions import SessionRecord, get_session, update_session
 from cairn.store.turns import TurnRecord, next_queued_turn, update_turn
 
-__all__ = ["RUN_TURN", "advance_session", "close_open_item", "close_turn", "interrupt_open_items", "queue_turn_job", "set_session_status"]
+__all__ = ["RUN_TURN", "add_call_output", "advance_session", "close_open_item", "close_turn", "interrupt_open_items", "queue_turn_job", "set_session_status"]
 
 RUN_TURN = "run_turn"
 
@@ -50,6 +50,29 @@ async def advance_session(tx: Transaction, session_id: str) -> None:
     extra = {**before.extra, "required_actions": []}
     session = await update_session(tx.conn, session_id, status="idle", extra=extra, last_active_at=time.time())
     tx.emit(session_event("idle", session))
+
+
+async def add_call_output(tx: Transaction, call: ItemRecord, *, output: Any, error: str | None) -> ItemRecord:
+    """Record the result of a function call (by Cairn or the client) and announce it."""
+    data: dict[str, Any] = {"call_id": call.call_id}
+    if error is None:
+        data["output"] = output
+    else:
+        data["error"] = error
+    item = await insert_item(
+        tx.conn,
+        new_item(
+            session_id=call.session_id,
+            turn_id=call.turn_id,
+            type="function_call_output",
+            status="completed" if error is None else "failed",
+            call_id=call.call_id,
+            tool_kind=call.tool_kind,
+            data=data,
+        ),
+    )
+    tx.emit(item_event("added", item, None))
+    return item
 
 
 async def close_open_item(tx: Transaction, item: ItemRecord, note: str) -> ItemRecord:

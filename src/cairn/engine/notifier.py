@@ -12,52 +12,73 @@ processes arrive by polling the database, so a subscriber also wakes every poll 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import anyio
 
 from cairn.store.events import EventRecord
 
-__all__ = ["DEFAULT_MAX_BUFFERED", "Notifier", "Subscription"]
+__all__ = ["DEFAULT_MAX_BUFFERED", "Notifier", "Published", "Subscription"]
 
 DEFAULT_MAX_BUFFERED = 4096
+
+
+class Published:
+    """The records of one committed transaction (contiguous sequence numbers), shared by
+    every subscriber, with their wire encoding computed once for all of them."""
+
+    __slots__ = ("_encoded", "first_seq", "last_seq", "records")
+
+    def __init__(self, records: Sequence[EventRecord]) -> None:
+        self.records = records
+        self.first_seq = records[0].seq
+        self.last_seq = records[-1].seq
+        self._encoded: bytes | None = None
+
+    def encoded(self, encode: Callable[[Sequence[EventRecord]], bytes]) -> bytes:
+        """`encode(records)`, computed by the first subscriber that asks (all use the same encoding)."""
+        if self._encoded is None:
+            self._encoded = encode(self.records)
+        return self._encoded
 
 
 class Subscription:
     """One subscriber's bounded inbox of freshly committed records for one session."""
 
-    __slots__ = ("_buffer", "_overflowed", "_wakeup", "max_buffered", "session_id")
+    __slots__ = ("_buffer", "_buffered", "_overflowed", "_wakeup", "max_buffered", "session_id")
 
     def __init__(self, session_id: str, max_buffered: int) -> None:
         self.session_id = session_id
         self.max_buffered = max_buffered
-        self._buffer: list[EventRecord] = []
+        self._buffer: list[Published] = []
+        self._buffered = 0
         self._overflowed = False
         self._wakeup = anyio.Event()
 
-    def _offer(self, records: Sequence[EventRecord]) -> None:
+    def _offer(self, published: Published) -> None:
         if not self._overflowed:
-            if len(self._buffer) + len(records) > self.max_buffered:
+            if self._buffered + len(published.records) > self.max_buffered:
                 # Too far behind: drop the buffer; the subscriber catches up from the log.
-                self._buffer = []
+                self._buffer, self._buffered = [], 0
                 self._overflowed = True
             else:
-                self._buffer.extend(records)
+                self._buffer.append(published)
+                self._buffered += len(published.records)
         self._wakeup.set()
 
     def _nudge(self) -> None:
         self._wakeup.set()
 
-    def take(self) -> tuple[list[EventRecord], bool]:
-        """Return (buffered records in publish order, whether some were dropped) and empty the inbox.
+    def take(self) -> tuple[list[Published], bool]:
+        """Return (buffered transactions in publish order, whether some were dropped) and empty the inbox.
 
         Publish order need not be sequence order: two transactions of one session can
         finish their commits in either order. The caller sorts, and reads the log when the
         records do not continue its position without a gap.
         """
         records, overflowed = self._buffer, self._overflowed
-        self._buffer, self._overflowed = [], False
+        self._buffer, self._buffered, self._overflowed = [], 0, False
         if self._wakeup.is_set():
             self._wakeup = anyio.Event()
         return records, overflowed
@@ -68,6 +89,8 @@ class Subscription:
 
     async def wait(self, timeout_s: float) -> None:
         """Return when something was published or nudged since the last `take`, or after `timeout_s`."""
+        if self._wakeup.is_set():
+            return  # no cancel scope needed: the common case under load
         with anyio.move_on_after(timeout_s):
             await self._wakeup.wait()
 
@@ -84,9 +107,13 @@ class Notifier:
         event = self._sessions.pop(session_id, None)
         if event is not None:
             event.set()
-        for subscription in self._subscriptions.get(session_id, ()):
-            if records:
-                subscription._offer(records)
+        subscriptions = self._subscriptions.get(session_id)
+        if not subscriptions:
+            return
+        published = Published(records) if records else None
+        for subscription in subscriptions:
+            if published is not None:
+                subscription._offer(published)
             else:
                 subscription._nudge()
 

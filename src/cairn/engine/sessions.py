@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from cairn.engine.environment import decode_inline_files
-from cairn.engine.events import environment_event, item_event, session_event, turn_event
+from cairn.engine.events import environment_event, session_event, turn_event
 from cairn.engine.journal import Transaction
-from cairn.engine.lifecycle import close_turn, queue_turn_job, set_session_status
+from cairn.engine.lifecycle import add_call_output, close_turn, queue_turn_job, set_session_status
 from cairn.engine.runtime import Runtime
 from cairn.engine.tools import WORKSPACE_TOOL_NAMES
 from cairn.errors import ConflictError, InvalidRequestError, NotFoundError
-from cairn.ids import new_environment_id, new_item_id, new_session_id, new_turn_id
+from cairn.ids import new_environment_id, new_session_id, new_turn_id
 from cairn.store.idempotency import record_idempotency_key
-from cairn.store.items import ItemRecord, insert_item, pending_client_calls, update_item
+from cairn.store.items import pending_client_calls, update_item
 from cairn.store.sessions import SessionRecord, allocate_turn_ordinal, delete_session, get_session, insert_session, update_session
 from cairn.store.turns import TurnRecord, active_turn, get_turn, insert_turn, next_queued_turn, update_turn
 
@@ -235,28 +235,9 @@ class SessionService:
             # The exact message the official client's race retry recognises (spec §6.4).
             raise InvalidRequestError(f"Unknown pending tool call: {call_id}", code="invalid_request_error", param="call_id")
         success = bool(event["success"])
-        data: dict[str, Any] = {"call_id": call_id}
-        if success:
-            data["output"] = event.get("output")
-        else:
-            data["error"] = event.get("error") or "the client reported a failure"
         await update_item(tx.conn, call.id, status="completed" if success else "failed", data=call.data)
-        output = await insert_item(
-            tx.conn,
-            ItemRecord(
-                id=new_item_id(),
-                session_id=session_id,
-                turn_id=turn.id,
-                type="function_call_output",
-                status="completed" if success else "failed",
-                call_id=call_id,
-                tool_kind="client",
-                output_index=None,
-                data=data,
-                created_at=time.time(),
-            ),
-        )
-        tx.emit(item_event("added", output, None))
+        error = None if success else event.get("error") or "the client reported a failure"
+        await add_call_output(tx, call, output=event.get("output"), error=error)
         remaining = [c for c in pending if c.call_id != call_id]
         session = await get_session(tx.conn, session_id)
         assert session is not None

@@ -29,7 +29,7 @@ import anyio
 from cairn.engine.artifacts import collect_outputs, record_outputs
 from cairn.engine.events import environment_event, item_event, text_part_event, turn_event
 from cairn.engine.journal import Fence, Journal, Transaction
-from cairn.engine.lifecycle import close_open_item, close_turn, set_session_status
+from cairn.engine.lifecycle import add_call_output, close_open_item, close_turn, set_session_status
 from cairn.engine.model_input import build_model_input, client_tool_specs
 from cairn.engine.runtime import Runtime
 from cairn.engine.tools import (
@@ -40,11 +40,10 @@ from cairn.engine.tools import (
     workspace_tool_specs,
 )
 from cairn.errors import CairnError, InvalidRequestError, LeaseLostError, ModelError
-from cairn.ids import new_item_id
 from cairn.models.base import Model, ModelRequest, ModelResponse, TextDelta, ToolCall, ToolSpec, Usage
 from cairn.sandbox.base import WORKSPACE_MOUNT, ExecRequest
 from cairn.snapshots import StartOutcome
-from cairn.store.items import ItemRecord, insert_item, pending_client_calls, session_items, turn_items, update_item
+from cairn.store.items import ItemRecord, insert_item, new_item, pending_client_calls, session_items, turn_items, update_item
 from cairn.store.jobs import Job, complete_job
 from cairn.store.sessions import SessionRecord, get_session, update_session
 from cairn.store.turns import TurnRecord, advance_step, get_turn, update_turn
@@ -227,17 +226,11 @@ class TurnRunner:
         for message in turn.input:
             item = await insert_item(
                 tx.conn,
-                ItemRecord(
-                    id=new_item_id(),
+                new_item(
                     session_id=turn.session_id,
                     turn_id=turn.id,
                     type="message",
-                    status="completed",
-                    call_id=None,
-                    tool_kind=None,
-                    output_index=None,
                     data={"role": "user", "phase": None, "content": message["content"]},
-                    created_at=time.time(),
                 ),
             )
             tx.emit(item_event("added", item, None))
@@ -252,7 +245,7 @@ class TurnRunner:
                 continue
             closed = await close_open_item(tx, item, _INTERRUPTED)
             if closed.type == "function_call":
-                await self._record_call_output(tx, closed, output=None, error=_INTERRUPTED)
+                await add_call_output(tx, closed, output=None, error=_INTERRUPTED)
 
     async def _finish(self, ctx: _TurnContext, status: str, *, error: dict[str, str] | None = None) -> None:
         try:
@@ -380,17 +373,15 @@ class TurnRunner:
         ctx.next_output_index += 1
         item = await insert_item(
             tx.conn,
-            ItemRecord(
-                id=new_item_id(),
+            new_item(
                 session_id=ctx.session.id,
                 turn_id=ctx.turn.id,
                 type=type_,
+                data=data,
                 status=cols.pop("status", "in_progress"),
                 call_id=cols.pop("call_id", None),
                 tool_kind=cols.pop("tool_kind", None),
                 output_index=output_index,
-                data=data,
-                created_at=time.time(),
             ),
         )
         ctx.remember(item)
@@ -499,33 +490,7 @@ class TurnRunner:
             done = await update_item(tx.conn, item.id, status="completed" if error is None else "failed", data=item.data)
             tx.emit(item_event("done", done, done.output_index))
             ctx.remember(done)
-            ctx.remember(await self._record_call_output(tx, done, output=output, error=error))
-
-    async def _record_call_output(
-        self, tx: Transaction, call: ItemRecord, *, output: str | None, error: str | None
-    ) -> ItemRecord:
-        data: dict[str, Any] = {"call_id": call.call_id}
-        if error is None:
-            data["output"] = output
-        else:
-            data["error"] = error
-        item = await insert_item(
-            tx.conn,
-            ItemRecord(
-                id=new_item_id(),
-                session_id=call.session_id,
-                turn_id=call.turn_id,
-                type="function_call_output",
-                status="completed" if error is None else "failed",
-                call_id=call.call_id,
-                tool_kind=call.tool_kind,
-                output_index=None,
-                data=data,
-                created_at=time.time(),
-            ),
-        )
-        tx.emit(item_event("added", item, None))
-        return item
+            ctx.remember(await add_call_output(tx, done, output=output, error=error))
 
     async def _run_shell(self, ctx: _TurnContext, item: ItemRecord, arguments: Mapping[str, Any]) -> None:
         data = dict(item.data)

@@ -6,6 +6,7 @@ which have their own columns; `store_item`/`item_wire` are the only translations
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ import sqlalchemy as sa
 from cairn.store.db import Connection
 
 from cairn.errors import InvalidRequestError
+from cairn.ids import new_item_id
 from cairn.store.pages import Order, Page, fetch_page
 from cairn.store.tables import items
 
@@ -21,6 +23,7 @@ __all__ = [
     "get_item",
     "insert_item",
     "list_items",
+    "new_item",
     "pending_client_calls",
     "session_items",
     "turn_items",
@@ -49,6 +52,32 @@ class ItemRecord:
             wire["status"] = self.status
         wire.update(self.data)
         return wire
+
+
+def new_item(
+    *,
+    session_id: str,
+    turn_id: str,
+    type: str,
+    data: dict[str, Any],
+    status: str | None = "completed",
+    call_id: str | None = None,
+    tool_kind: str | None = None,
+    output_index: int | None = None,
+) -> ItemRecord:
+    """A fresh item with a new id, to be stored with `insert_item`."""
+    return ItemRecord(
+        id=new_item_id(),
+        session_id=session_id,
+        turn_id=turn_id,
+        type=type,
+        status=status,
+        call_id=call_id,
+        tool_kind=tool_kind,
+        output_index=output_index,
+        data=data,
+        created_at=time.time(),
+    )
 
 
 def _record(row: sa.Row[Any]) -> ItemRecord:
