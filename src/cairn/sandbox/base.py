@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from cairn.workspace import WORKSPACE_MOUNT
+
 __all__ = [
     "ExecRequest",
     "ExecResult",
@@ -29,8 +31,6 @@ __all__ = [
     "SandboxBackend",
     "WORKSPACE_MOUNT",
 ]
-
-WORKSPACE_MOUNT = "/workspace"
 
 OutputSink = Callable[[bytes], Awaitable[None]]
 

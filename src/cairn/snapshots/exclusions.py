@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from cairn.sandbox.base import WORKSPACE_MOUNT
+from cairn.workspace import WORKSPACE_MOUNT
 from cairn.snapshots.errors import InvalidExclusionError
 
 __all__ = ["Exclusions", "normalize_relative_path"]
