@@ -86,8 +86,16 @@ async def _serve(settings: Settings) -> None:
 
     if await prepare_data_dir(settings):
         print(f"created admin API key in {settings.admin_key_path}", file=sys.stderr)
+    # Event streams stay open indefinitely: give them a bounded grace period on shutdown,
+    # then close them; clients resume from their last sequence number.
     config = uvicorn.Config(
-        create_app(settings), host=settings.host, port=settings.port, log_level="info", lifespan="on", access_log=False
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        lifespan="on",
+        access_log=False,
+        timeout_graceful_shutdown=5,
     )
     server = uvicorn.Server(config)
     await server.serve()
