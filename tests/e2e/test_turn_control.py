@@ -142,3 +142,22 @@ def test_a_server_killed_mid_turn_resumes_the_turn_after_restart(scripts_dir: Pa
             assert messages[0].content[0].text == "recovered"
     finally:
         remove_server(instance)
+
+
+def test_a_graceful_shutdown_hands_the_turn_back_at_once(scripts_dir: Path) -> None:
+    # A long lease: the turn resumes quickly only because the job was released, not expired.
+    instance = make_server(scripts_dir, env={"CAIRN_LEASE_S": "300"}).start()
+    try:
+        with httpx.Client(base_url=instance.base_url, headers={"Authorization": f"Bearer {instance.admin_key}"}) as http:
+            session_id = _start(http, "scripted:crash", "go")
+            EventTail(instance, session_id).until(
+                lambda e: e["type"] == "agent.session.turn.item.added" and e["item"]["type"] == "command_execution"
+            )
+            started = time.monotonic()
+            instance.stop()
+            assert time.monotonic() - started < 15
+            instance.start()
+            EventTail(instance, session_id).until(lambda e: e["type"] == "agent.session.idle", timeout_s=60)
+            assert http.get(f"{SESSIONS}/{session_id}/turns").json()["data"][0]["status"] == "completed"
+    finally:
+        remove_server(instance)
