@@ -34,6 +34,9 @@ class Settings:
     s3_bucket: str | None = None
     s3_prefix: str = ""
     s3_endpoint_url: str | None = None
+    # Retention: snapshots kept per session, and how often garbage is collected.
+    snapshot_keep_last: int = 10
+    snapshot_gc_interval_s: float = 3600.0
     # OpenAI-compatible endpoint for `openai:` and plain model names.
     openai_base_url: str | None = None
     openai_api_key: str | None = None
@@ -77,6 +80,8 @@ class Settings:
                 s3_bucket=self.s3_bucket or environ.get("CAIRN_S3_BUCKET"),
                 s3_prefix=environ.get("CAIRN_S3_PREFIX", self.s3_prefix),
                 s3_endpoint_url=self.s3_endpoint_url or environ.get("CAIRN_S3_ENDPOINT_URL"),
+                snapshot_keep_last=int(environ.get("CAIRN_SNAPSHOT_KEEP_LAST", self.snapshot_keep_last)),
+                snapshot_gc_interval_s=float(environ.get("CAIRN_SNAPSHOT_GC_INTERVAL_S", self.snapshot_gc_interval_s)),
             )
         except ValueError as exc:
             raise InvalidRequestError(f"bad CAIRN_* setting: {exc}") from exc

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from cairn.testing.server import CairnServer
 from tests.e2e.conftest import make_server, remove_server
 from tests.e2e.test_turn_control import SESSIONS, EventTail, _message
+
+
+def _list_snapshots(server: CairnServer, session_id: str) -> str:
+    argv = [sys.executable, "-m", "cairn.cli", "snapshots", "--data-dir", str(server.data_dir), "list", session_id]
+    result = subprocess.run(argv, capture_output=True, text=True, check=True)
+    return result.stdout + result.stderr
 
 
 def _commands(http: httpx.Client, session_id: str) -> list[dict[str, Any]]:
@@ -52,5 +61,10 @@ def test_idle_sessions_are_suspended_and_restored_even_after_losing_the_workspac
             assert third.index("agent.session.environment.pending") < third.index("agent.session.environment.ready")
             assert third.index("agent.session.environment.ready") < third.index("agent.session.turn.in_progress")
             assert _commands(http, session_id)[-1]["output"].strip() == "hello"
+
+            # The CLI lists the session's snapshots; deleting the session deletes them.
+            assert "has no snapshots" not in _list_snapshots(server, session_id)
+            assert http.delete(f"{SESSIONS}/{session_id}").status_code == 200
+            assert "has no snapshots" in _list_snapshots(server, session_id)
     finally:
         remove_server(server)

@@ -26,7 +26,7 @@ from cairn.api.errors import EXCEPTION_HANDLERS
 from cairn.blobs import BlobStore
 from cairn.config import Settings
 from cairn.engine.environment import Environments
-from cairn.engine.idle import persist_all_workspaces, watch_idle_sessions
+from cairn.engine.idle import collect_snapshot_garbage, persist_all_workspaces, watch_idle_sessions
 from cairn.errors import InvalidRequestError
 from cairn.snapshots import SnapshotStore, SnapshotStoreConfig, open_snapshot_store
 from cairn.engine.journal import Journal
@@ -117,6 +117,7 @@ def create_app(settings: Settings, *, run_worker: bool = True) -> Starlette:
                     if run_worker:
                         tg.start_soon(Worker(runtime, concurrency=settings.workers).run, name="worker")
                         tg.start_soon(watch_idle_sessions, runtime, name="idle-sessions")
+                        tg.start_soon(collect_snapshot_garbage, runtime, name="snapshot-gc")
                     yield {"runtime": runtime, "sessions": SessionService(runtime)}
                     tg.cancel_scope.cancel()
             finally:

@@ -127,13 +127,14 @@ class Environments:
             del self._live[session_id]
             return result
 
-    async def remove(self, session_id: str) -> None:
-        """Forget a deleted session's workspace: no persist, the directory goes."""
+    async def remove(self, tenant: str, session_id: str) -> None:
+        """Forget a deleted session's workspace: no persist; the directory and snapshots go."""
         async with self._lock(session_id):
             lifecycle = self._live.pop(session_id, None)
             if lifecycle is not None:
                 await lifecycle.shutdown()
             await run_sync(_remove_tree, self.workspace_of(session_id))
+            await self.snapshots.forget(SnapshotScope(tenant, session_id))
         self._locks.pop(session_id, None)
 
 

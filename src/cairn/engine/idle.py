@@ -1,4 +1,4 @@
-"""Suspending idle sessions: their workspaces are persisted as snapshots and released.
+"""Background care of workspaces: idle suspension, persist on shutdown, snapshot retention.
 
 A session idle for `Settings.idle_stop_s` has its live workspace lifecycle stopped (persist
 only) and shut down, and emits `agent.session.environment.suspended`. The next turn's
@@ -16,9 +16,10 @@ import anyio
 from cairn.engine.events import environment_event
 from cairn.engine.runtime import Runtime
 from cairn.errors import CairnError
-from cairn.store.sessions import get_session, update_session
+from cairn.snapshots import Retention
+from cairn.store.sessions import get_session, list_tenants, update_session
 
-__all__ = ["persist_all_workspaces", "suspend_idle_sessions", "watch_idle_sessions"]
+__all__ = ["collect_snapshot_garbage", "persist_all_workspaces", "suspend_idle_sessions", "watch_idle_sessions"]
 
 log = logging.getLogger(__name__)
 
@@ -62,3 +63,20 @@ async def persist_all_workspaces(rt: Runtime) -> None:
     """On shutdown: persist every live workspace (shield the caller from cancellation)."""
     for session_id in rt.environments.live_sessions():
         await _suspend(rt, session_id)
+
+
+async def collect_snapshot_garbage(rt: Runtime) -> None:
+    """Apply snapshot retention to every tenant, every `snapshot_gc_interval_s`."""
+    retention = Retention(keep_last=rt.settings.snapshot_keep_last)
+    while True:
+        await anyio.sleep(rt.settings.snapshot_gc_interval_s)
+        async with rt.db.read() as conn:
+            tenants = await list_tenants(conn)
+        for tenant in tenants:
+            try:
+                report = await rt.environments.snapshots.gc(tenant, retention)
+            except CairnError as exc:
+                log.warning("snapshot garbage collection for tenant %s failed: %s", tenant, exc.message)
+                continue
+            if report.snapshots_deleted or report.packs_deleted:
+                log.info("snapshot gc for %s: %s", tenant, report)

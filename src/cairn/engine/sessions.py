@@ -119,7 +119,7 @@ class SessionService:
                 session = await get_session(tx.conn, session_id)
                 assert session is not None
         except BaseException:
-            await self.rt.environments.remove(session_id)
+            await self.rt.environments.remove(tenant, session_id)
             raise
         return CreatedSession(session=session, first_event_seq=tx.appended[0].seq, turn_id=turn_id)
 
@@ -157,7 +157,7 @@ class SessionService:
                 )
             await delete_session(tx.conn, session_id)
         self.rt.notifier.session_changed(session_id)
-        await self.rt.environments.remove(session_id)
+        await self.rt.environments.remove(tenant, session_id)
 
     # -- input events -----------------------------------------------------------------
 

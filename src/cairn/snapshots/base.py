@@ -80,6 +80,10 @@ class SnapshotStore(abc.ABC):
         it takes less than `grace_s`.
         """
 
+    @abc.abstractmethod
+    async def forget(self, scope: SnapshotScope) -> int:
+        """Delete every snapshot of a deleted session; return how many. Their content goes at the next `gc`."""
+
     async def latest(self, scope: SnapshotScope) -> SnapshotInfo | None:
         snapshots = await self.list_snapshots(scope)
         return snapshots[-1] if snapshots else None

@@ -119,6 +119,16 @@ class ContentAddressedSnapshotStore(SnapshotStore):
             ) from error
         return parse_header(raw, key)
 
+    async def forget(self, scope: SnapshotScope) -> int:
+        return await run_sync(self._forget_sync, scope)
+
+    def _forget_sync(self, scope: SnapshotScope) -> int:
+        forgotten = 0
+        for info in self.objects.list(layout.session_prefix(scope)):
+            self.objects.delete(info.key)
+            forgotten += info.key.endswith(layout.HEADER_SUFFIX)
+        return forgotten
+
     async def gc(self, tenant_id: str, retention: Retention, *, grace_s: float = 3600.0) -> GcReport:
         validate_segment(tenant_id, what="tenant id")
         return await run_sync(collect_garbage, self.objects, tenant_id, retention, grace_s)

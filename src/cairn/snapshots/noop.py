@@ -52,5 +52,8 @@ class NoopSnapshotStore(SnapshotStore):
             param="snapshot_id",
         )
 
+    async def forget(self, scope: SnapshotScope) -> int:
+        return 0
+
     async def gc(self, tenant_id: str, retention: Retention, *, grace_s: float = 3600.0) -> GcReport:
         return GcReport()

@@ -15,7 +15,7 @@ from cairn.store.db import Connection
 
 from cairn.errors import InvalidRequestError
 from cairn.store.pages import Order, Page, fetch_page
-from cairn.store.tables import sessions
+from cairn.store.tables import api_keys, sessions
 
 __all__ = [
     "SessionRecord",
@@ -24,6 +24,7 @@ __all__ = [
     "get_session",
     "insert_session",
     "list_sessions",
+    "list_tenants",
     "update_session",
 ]
 
@@ -105,6 +106,12 @@ async def allocate_turn_ordinal(conn: Connection, session_id: str) -> int:
         .returning(sessions.c.next_turn_ordinal)
     )
     return int((await conn.execute(stmt)).scalar_one()) - 1
+
+
+async def list_tenants(conn: Connection) -> list[str]:
+    """Every tenant that has a key or a session."""
+    stmt = sa.union(sa.select(sessions.c.tenant), sa.select(api_keys.c.tenant))
+    return sorted(str(t) for t in (await conn.execute(stmt)).scalars().all())
 
 
 async def delete_session(conn: Connection, session_id: str) -> None:

@@ -246,3 +246,27 @@ async def test_many_small_files_round_trip_and_are_stored_once(
     assert describe_tree(target) == describe_tree(workspace)
     again = await persist(store, new_scope(scope.tenant_id), workspace)
     assert again.snapshot.new_bytes == 0
+
+
+async def test_forgetting_a_deleted_session_removes_its_snapshots_and_gc_frees_its_content(
+    store: ContentAddressedSnapshotStore, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    gone, kept = new_scope(), new_scope()
+    kept = type(kept)(gone.tenant_id, kept.session_id)
+    (workspace / "only-gone").write_bytes(os.urandom(20_000))
+    await persist(store, gone, workspace)
+    await persist(store, gone, workspace)
+    (workspace / "only-gone").unlink()
+    (workspace / "kept").write_bytes(os.urandom(20_000))
+    await persist(store, kept, workspace)
+
+    assert await store.forget(gone) == 2
+    assert await store.list_snapshots(gone) == []
+    assert not await store.restorable(gone)
+    report = await store.gc(gone.tenant_id, Retention(keep_last=1), grace_s=0)
+    assert report.packs_deleted >= 1
+    target = tmp_path / "restored"
+    await store.restore(kept, target)
+    assert (target / "kept").read_bytes() == (workspace / "kept").read_bytes()
