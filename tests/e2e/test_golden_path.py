@@ -63,7 +63,10 @@ def _tutorial_flow(client: openai.OpenAI, tmp_path: Path) -> None:
     assert "├── docs" in output and "main.py" in output
 
     # 2. the session is idle once the create stream has ended
-    assert sessions.retrieve(session_id).status == "idle"
+    retrieved = sessions.retrieve(session_id)
+    assert retrieved.status == "idle"
+    sandbox = retrieved.environment.to_dict()["sandbox"]
+    assert sandbox["isolated"] is True and sandbox["backend"] == "bwrap", "the session says what isolates it"
 
     # 3. a live event stream, then a follow-up message in the same session
     seen = []

@@ -21,6 +21,7 @@ from cairn.engine.runtime import Runtime
 from cairn.engine.tools import WORKSPACE_TOOL_NAMES
 from cairn.errors import ConflictError, InvalidRequestError, NotFoundError
 from cairn.ids import new_environment_id, new_session_id, new_turn_id
+from cairn.sandbox.base import SandboxBackend
 from cairn.store.idempotency import record_idempotency_key
 from cairn.store.items import pending_client_calls, update_item
 from cairn.store.sessions import SessionRecord, allocate_turn_ordinal, delete_session, get_session, insert_session, update_session
@@ -38,8 +39,9 @@ class CreatedSession:
     turn_id: str | None
 
 
-def _environment_view(environment: Mapping[str, Any], environment_id: str) -> dict[str, Any]:
-    """The response shape of spec §3.5 for a Cairn-hosted environment."""
+def _environment_view(environment: Mapping[str, Any], environment_id: str, sandbox: SandboxBackend) -> dict[str, Any]:
+    """The response shape of spec §3.5 for a Cairn-hosted environment, plus what isolates it
+    (an unconfined backend must say so in every session on it: design invariant 8)."""
     if environment["type"] == "none":
         return {"type": "none"}
     network = environment.get("network") or {}
@@ -56,6 +58,11 @@ def _environment_view(environment: Mapping[str, Any], environment_id: str) -> di
         "plugins": [],
         "skills": [],
         "container_size": environment.get("container_size") or "medium",
+        "sandbox": {
+            "backend": sandbox.name,
+            "isolated": "isolation" in sandbox.capabilities,
+            "description": sandbox.description,
+        },
     }
 
 
@@ -88,7 +95,7 @@ class SessionService:
             tenant=tenant,
             status="idle",
             agent={"id": f"agent_{session_id.removeprefix('sess_')}", **agent},
-            environment=_environment_view(environment, environment_id),
+            environment=_environment_view(environment, environment_id, self.rt.sandbox),
             environment_id=environment_id,
             metadata=dict(body.get("metadata") or {}),
             # `env` is kept out of the rendered environment: its values may be secrets.
