@@ -23,6 +23,7 @@ from typing import Any
 
 from starlette.responses import StreamingResponse
 
+from cairn.engine.notifier import Published
 from cairn.engine.runtime import Runtime
 from cairn.errors import CairnError
 from cairn.store.events import EventRecord, read_events_after
@@ -45,19 +46,29 @@ def error_frame(message: str, code: str) -> bytes:
     return frame(json.dumps({"type": "error", "event_id": f"evt_error_{time.time_ns()}", "error": {"type": "server_error", "message": message, "code": code}}))
 
 
-def _continuing(records: Sequence[EventRecord], position: int) -> list[EventRecord] | None:
-    """The records after `position` if, sorted, they follow it without a gap; else None."""
-    fresh = sorted((r for r in records if r.seq > position), key=lambda r: r.seq)
+def frames(records: Sequence[EventRecord]) -> bytes:
+    return b"".join([b"data: " + r.data.encode() + b"\n\n" for r in records])
+
+
+def _continuing(published: list[Published], position: int) -> list[Published | EventRecord] | None:
+    """What of `published` follows `position` without a gap, in order; None if there is a gap.
+
+    Whole transactions are passed on as they are (their encoding is shared by every
+    subscriber); one that the log already partly delivered is cut down to its new records.
+    """
+    out: list[Published | EventRecord] = []
     expected = position + 1
-    unique = []
-    for record in fresh:
-        if record.seq < expected:
-            continue  # published twice? never sent twice
-        if record.seq != expected:
+    for batch in sorted(published, key=lambda b: b.first_seq):
+        if batch.last_seq < expected:
+            continue  # already sent, from the log
+        if batch.first_seq > expected:
             return None
-        unique.append(record)
-        expected += 1
-    return unique
+        if batch.first_seq == expected:
+            out.append(batch)
+        else:
+            out.extend(batch.records[expected - batch.first_seq :])
+        expected = batch.last_seq + 1
+    return out
 
 
 async def event_stream(
@@ -75,8 +86,8 @@ async def event_stream(
         must_read = True
         while True:
             published, overflowed = subscription.take()
-            batch = None if must_read or overflowed else _continuing(published, position)
-            if batch is None:
+            fresh = None if must_read or overflowed else _continuing(published, position)
+            if fresh is None:
                 async with runtime.db.read() as conn:
                     batch = await read_events_after(conn, session_id, position, limit=_BATCH)
                     if not batch and await get_session(conn, session_id) is None:
@@ -84,19 +95,24 @@ async def event_stream(
                 # A full batch may have more behind it; otherwise we are caught up to
                 # this read, and the inbox (filled since `take`) holds what followed it.
                 must_read = len(batch) == _BATCH
-            for start in range(0, len(batch), _BATCH):
-                chunks = []
-                for record in batch[start : start + _BATCH]:
-                    chunks.append(frame(record.data))
-                    position = record.seq
-                    if until is not None and until(record):
-                        yield b"".join(chunks)
-                        return
-                yield b"".join(chunks)
+                fresh = list(batch)
+            if fresh:
+                if until is not None:
+                    records = [r for item in fresh for r in (item.records if isinstance(item, Published) else (item,))]
+                    for index, record in enumerate(records):
+                        if until(record):
+                            yield frames(records[: index + 1])
+                            return
+                    yield frames(records)
+                    position = records[-1].seq
+                else:
+                    yield b"".join([i.encoded(frames) if isinstance(i, Published) else frames((i,)) for i in fresh])
+                    last = fresh[-1]
+                    position = last.last_seq if isinstance(last, Published) else last.seq
                 last_sent = time.monotonic()
             if must_read:
                 continue
-            if not batch and time.monotonic() - last_sent >= settings.keepalive_s:
+            if not fresh and time.monotonic() - last_sent >= settings.keepalive_s:
                 yield KEEPALIVE
                 last_sent = time.monotonic()
             await subscription.wait(settings.poll_interval_s)

@@ -21,7 +21,7 @@ from cairn.engine.notifier import Notifier
 from cairn.engine.runtime import Runtime
 from cairn.ids import new_session_id
 from cairn.store.db import Database
-from cairn.store.events import append_events, read_events_after
+from cairn.store.events import append_events
 from cairn.store.migrate import upgrade
 from cairn.store.sessions import SessionRecord, delete_session, insert_session
 
@@ -179,7 +179,7 @@ async def test_slow_and_stalled_subscribers_block_neither_the_writer_nor_others(
             tg.cancel_scope.cancel()
         assert fast.seqs == slow.seqs == list(range(1, total + 1))
         assert fast_s < appended_s + 1.0, (appended_s, fast_s)
-        assert all(len(s._buffer) <= 200 for s in notifier._subscriptions[session_id])
+        assert all(s._buffered <= 200 for s in notifier._subscriptions[session_id])
         rest: list[int] = []
         with anyio.fail_after(30):
             while len(rest) < total:
