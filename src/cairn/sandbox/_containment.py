@@ -72,21 +72,24 @@ class Containment:
     """Limits this host can enforce; one instance per backend.
 
     `launcher_sets_rlimits`: the backend's own launcher calls setrlimit, so util-linux
-    `prlimit` is not needed.
+    `prlimit` is not needed. `pid_namespace`: each command is its own pid namespace, which
+    the kernel kills whole when the command ends, whether or not a cgroup tracks it.
     """
 
     def __init__(
-        self, *, cgroups: CgroupHost, nproc_counts: bool, launcher_sets_rlimits: bool = False
+        self,
+        *,
+        cgroups: CgroupHost,
+        nproc_counts: bool,
+        launcher_sets_rlimits: bool = False,
+        pid_namespace: bool = False,
     ) -> None:
         self._cgroups = cgroups
+        self._pid_namespace = pid_namespace
         self._nproc_counts = nproc_counts
         self._launcher_sets_rlimits = launcher_sets_rlimits
         self._prlimit = None if launcher_sets_rlimits else shutil.which("prlimit")
         self._setpriv = shutil.which("setpriv")
-
-    @property
-    def cgroups(self) -> CgroupHost:
-        return self._cgroups
 
     def limits_in_force(self, limits: ResourceLimits | None = None) -> dict[str, str]:
         """Per `ResourceLimits` field (plus `timeout_s`), the mechanism enforcing it.
@@ -118,6 +121,7 @@ class Containment:
                 "running as host root or as the server's own user"
             )
         report["timeout_s"] = _WALL_CLOCK
+        report["background_processes"] = self._cleanup()
         report["cgroups"] = self._cgroups.describe()
         return report
 
@@ -138,6 +142,16 @@ class Containment:
             if cgroup is not None:
                 with anyio.CancelScope(shield=True):
                     await run_sync(cgroup.dispose)
+
+    def _cleanup(self) -> str:
+        if self._pid_namespace:
+            return "killed with the command's pid namespace when it ends"
+        if self._cgroups.in_use:
+            return "found through the command's cgroup and killed when it ends"
+        return (
+            "NOT all found: no writable cgroup and no pid namespace, so a process that "
+            "leaves the command's process group (setsid) can outlive the command"
+        )
 
     def rlimit_plan(self, limits: ResourceLimits) -> RlimitPlan:
         """The rlimits for `limits` on this host (fields a cgroup enforces are left out)."""

@@ -86,7 +86,9 @@ class BwrapBackend(SandboxBackend):
         backend = cls(
             bwrap=bwrap,
             account=account,
-            containment=Containment(cgroups=discover_cgroups(), nproc_counts=account is not None),
+            containment=Containment(
+                cgroups=discover_cgroups(), nproc_counts=account is not None, pid_namespace=True
+            ),
         )
         backend._probe()
         return backend

@@ -78,7 +78,10 @@ class NamespacesBackend(LaunchedBackend):
         backend = cls(
             account=account,
             containment=Containment(
-                cgroups=discover_cgroups(), nproc_counts=True, launcher_sets_rlimits=True
+                cgroups=discover_cgroups(),
+                nproc_counts=True,
+                launcher_sets_rlimits=True,
+                pid_namespace=True,
             ),
             # An empty host directory the command's root tmpfs is mounted on (privately).
             root_dir=Path(tempfile.gettempdir()) / "cairn-sandbox-root",

@@ -10,6 +10,7 @@ declare "process_isolation" (the landlock backend does not: /proc lists host pro
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -133,37 +134,39 @@ async def test_host_secrets_are_unreadable(
     await assert_still_works(run, workspace)
 
 
-async def test_host_processes_are_unsignallable(run: Run, new_workspace) -> None:
+@pytest.fixture
+def host_sleeper() -> Iterator[tuple[int, str]]:
+    """A host process (pid, marker in its command line), killed with its group afterwards."""
     marker = f"cairn-host-{uuid.uuid4().hex}"
-    host = subprocess.Popen(["sh", "-c", f"sleep 600; : {marker}"])
-    try:
-        workspace = await new_workspace()
-        _, output = await run(f"kill -9 {host.pid}; kill -9 -1; echo done", workspace)
-        assert "done" in output
-        assert host.poll() is None
-        await assert_still_works(run, workspace)
-    finally:
-        host.kill()
-        host.wait()
+    host = subprocess.Popen(["sh", "-c", f"sleep 600; : {marker}"], start_new_session=True)
+    yield host.pid, marker
+    os.killpg(host.pid, signal.SIGKILL)  # the sleep too, not only its shell
+    host.wait()
+
+
+async def test_host_processes_are_unsignallable(
+    run: Run, new_workspace, host_sleeper: tuple[int, str]
+) -> None:
+    pid, marker = host_sleeper
+    workspace = await new_workspace()
+    _, output = await run(f"kill -9 {pid}; kill -9 -- -{pid}; kill -9 -1; echo done", workspace)
+    assert "done" in output
+    assert host_processes_with(marker) == [pid]
+    await assert_still_works(run, workspace)
 
 
 async def test_host_processes_are_invisible(
-    backend: SandboxBackend, run: Run, new_workspace
+    backend: SandboxBackend, run: Run, new_workspace, host_sleeper: tuple[int, str]
 ) -> None:
     requires_capability(backend, "process_isolation", "without a pid namespace /proc lists them")
-    marker = f"cairn-host-{uuid.uuid4().hex}"
-    host = subprocess.Popen(["sh", "-c", f"sleep 600; : {marker}"])
-    try:
-        workspace = await new_workspace()
-        command = f"grep -l {marker} /proc/*/cmdline; ls /proc | grep -c '^[0-9]'"
-        _, output = await run(command, workspace)
-        lines = output.splitlines()
-        assert marker not in output
-        # /proc lists only the sandbox's own few processes.
-        assert int(next(line for line in lines if line.isdigit())) < 10
-    finally:
-        host.kill()
-        host.wait()
+    _, marker = host_sleeper
+    workspace = await new_workspace()
+    command = f"grep -l {marker} /proc/*/cmdline; ls /proc | grep -c '^[0-9]'"
+    _, output = await run(command, workspace)
+    lines = output.splitlines()
+    assert marker not in output
+    # /proc lists only the sandbox's own few processes.
+    assert int(next(line for line in lines if line.isdigit())) < 10
 
 
 async def test_no_network_to_host_loopback(run: Run, new_workspace) -> None:

@@ -103,6 +103,10 @@ def test_no_cgroups_at_all_falls_back_to_rlimits(tmp_path: Path) -> None:
     report = Containment(cgroups=host, nproc_counts=True).limits_in_force()
     assert report["max_processes"].startswith("rlimit NPROC")
     assert "memory unused" in report["cgroups"]
+    # Without a cgroup, only a pid namespace still finds every background process.
+    assert report["background_processes"].startswith("NOT all found")
+    namespaced = Containment(cgroups=host, nproc_counts=True, pid_namespace=True)
+    assert "pid namespace" in namespaced.limits_in_force()["background_processes"]
 
 
 def test_real_host_cgroups_and_stale_leaves_of_dead_servers() -> None:
