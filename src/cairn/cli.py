@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -30,7 +31,7 @@ log = logging.getLogger("cairn")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return Settings(
+    settings = Settings(
         data_dir=Path(args.data_dir),
         database_url=getattr(args, "database_url", None),
         scripts_dir=Path(args.scripts_dir).resolve() if getattr(args, "scripts_dir", None) else None,
@@ -38,6 +39,11 @@ def _settings(args: argparse.Namespace) -> Settings:
         port=getattr(args, "port", 8321),
         sandbox=getattr(args, "sandbox", None),
     ).with_env()
+    if getattr(args, "workers", None) is not None:
+        if args.workers < 0:
+            raise CairnError("--workers must be 0 or more", code="invalid_argument")
+        settings = replace(settings, workers=args.workers)
+    return settings
 
 
 def _make_data_dir(settings: Settings) -> None:
@@ -161,6 +167,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8321)
     serve.add_argument("--scripts-dir", default=None, help="directory of scripted:NAME model scripts")
     serve.add_argument("--sandbox", default=None, help="sandbox backend (default: the best isolating one)")
+    serve.add_argument("--workers", type=int, default=None, help="turns run at once by this process; 0 = API only (default 4)")
 
     keys = sub.add_parser("keys", parents=[common], help="manage API keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)

@@ -10,7 +10,6 @@ needs nothing. The user is told which one ran and how to enable the others.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from cairn.client import Client
 from cairn.errors import CairnError
 from cairn.models.local import is_local_model_installed
 from cairn.testing.server import CairnServer
@@ -123,23 +123,22 @@ class DemoResult:
 
 def _run_turns(server: CairnServer, model: str, printer: EventPrinter, output_dir: Path) -> DemoResult:
     timings = []
-    with server.client(timeout=900.0) as client:
-        sessions = client.beta.agents.sessions
-        session = sessions.create(agent={"model": model, "instructions": INSTRUCTIONS}, environment={"type": "openai_hosted"})
+    # cairn.Client follows each turn across dropped connections, resuming by sequence number.
+    with Client(base_url=server.base_url, api_key=server.admin_key, timeout=900.0) as client:
+        session = client.beta.agents.sessions.create(
+            agent={"model": model, "instructions": INSTRUCTIONS}, environment={"type": "openai_hosted"}
+        )
         for prompt in PROMPTS:
             started = time.monotonic()
-            with sessions.stream(session.id, input=prompt) as stream:
-                for event in stream:
-                    printer.handle(json.loads(event.to_json()))
+            client.sessions.run(session.id, input=prompt, on_event=lambda event: printer.handle(event.data))
             timings.append(time.monotonic() - started)
-        statuses = tuple(t.status for t in sessions.turns.list(session.id, order="asc"))
-        artifact = next((a for a in sessions.artifacts.list(session.id) if a.path == "/workspace/outputs/tree.py"), None)
+        statuses = tuple(t.status for t in client.beta.agents.sessions.turns.list(session.id, order="asc"))
+        published = [a for a in client.beta.agents.sessions.artifacts.list(session.id) if a.path == "/workspace/outputs/tree.py"]
         target = None
-        if artifact is not None:
+        if published:
+            latest = max(published, key=lambda artifact: artifact.created_at)
             output_dir.mkdir(parents=True, exist_ok=True)
-            target = output_dir / "tree.py"
-            with sessions.artifacts.with_streaming_response.content(artifact.id, session_id=session.id) as response:
-                response.stream_to_file(target)
+            target = client.artifacts.download(session.id, turn_id=latest.turn_id, path=latest.path, to=output_dir / "tree.py")
     return DemoResult(model=model, turn_statuses=statuses, artifact=target, seconds_per_turn=tuple(timings))
 
 

@@ -102,7 +102,10 @@ def build_runtime(settings: Settings, db: Database) -> Runtime:
     )
 
 
-def create_app(settings: Settings, *, run_worker: bool = True) -> Starlette:
+def create_app(settings: Settings) -> Starlette:
+    """The app; with `settings.workers == 0` it serves the API only and runs no jobs."""
+    run_worker = settings.workers > 0
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         db = Database(settings.resolved_database_url)
