@@ -29,7 +29,7 @@ from cairn.engine.environment import Environments
 from cairn.engine.idle import collect_snapshot_garbage, persist_all_workspaces, watch_idle_sessions
 from cairn.errors import InvalidRequestError
 from cairn.snapshots import SnapshotStore, SnapshotStoreConfig, open_snapshot_store
-from cairn.engine.journal import Journal
+from cairn.engine.journal import Journal, wake_on_topic
 from cairn.engine.notifier import Notifier
 from cairn.engine.runtime import Runtime
 from cairn.engine.sessions import SessionService
@@ -117,6 +117,9 @@ def create_app(settings: Settings) -> Starlette:
                 async with anyio.create_task_group() as tg:
                     if db.is_sqlite:
                         tg.start_soon(db.run_checkpoints, name="wal-checkpoints")
+                    else:
+                        wake = partial(wake_on_topic, runtime.notifier)
+                        tg.start_soon(db.listen, wake, name="change-listener")
                     if run_worker:
                         tg.start_soon(Worker(runtime, concurrency=settings.workers).run, name="worker")
                         tg.start_soon(watch_idle_sessions, runtime, name="idle-sessions")

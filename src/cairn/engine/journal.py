@@ -21,7 +21,19 @@ from cairn.store.db import Database
 from cairn.store.events import EventRecord, append_events
 from cairn.store.turns import TurnRecord, fence_turn
 
-__all__ = ["Fence", "Journal", "Transaction"]
+__all__ = ["JOBS_TOPIC", "SESSION_TOPIC", "Fence", "Journal", "Transaction", "wake_on_topic"]
+
+# What `Database.announce` says to other processes; `wake_on_topic` turns it into wake-ups.
+SESSION_TOPIC = "session:"
+JOBS_TOPIC = "jobs"
+
+
+def wake_on_topic(notifier: Notifier, topic: str) -> None:
+    """Another process changed something: wake this process's subscribers or workers."""
+    if topic == JOBS_TOPIC:
+        notifier.job_queued()
+    elif topic.startswith(SESSION_TOPIC):
+        notifier.session_changed(topic[len(SESSION_TOPIC) :])
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +67,10 @@ class Journal:
             tx = Transaction(conn=conn, session_id=session_id, fenced_turn=turn)
             yield tx
             tx.appended = await append_events(conn, session_id, tx.pending)
+            if tx.appended:
+                await self.db.announce(conn, f"{SESSION_TOPIC}{session_id}")
+            if tx.jobs_queued:
+                await self.db.announce(conn, JOBS_TOPIC)
         if tx.appended:
             self.notifier.session_changed(session_id, tx.appended)
         if tx.jobs_queued:

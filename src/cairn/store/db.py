@@ -28,6 +28,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import anyio
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
@@ -42,6 +43,7 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
+_CHANNEL = "cairn_changes"
 _BUSY_TIMEOUT_MS = 5
 _LOCK_RETRY_FIRST_S = 0.0005
 _LOCK_RETRY_MAX_S = 0.02
@@ -204,6 +206,31 @@ class Database:
                 conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
 
         await run_sync(in_thread)
+
+    async def announce(self, conn: Connection, topic: str) -> None:
+        """Tell other processes that `topic` changed, when this transaction commits (PostgreSQL only;
+        on SQLite, other processes see changes by polling)."""
+        if self._async is not None:
+            await conn.execute(sa.select(sa.func.pg_notify(_CHANNEL, topic)))
+
+    async def listen(self, on_topic: Callable[[str], None]) -> None:
+        """Call `on_topic` for every `announce` of any process, until cancelled; reconnects after
+        failures. Returns at once on SQLite."""
+        if self._async is None:
+            return
+        url = self.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        delay = 0.5
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {_CHANNEL}")
+                    delay = 0.5
+                    async for notification in conn.notifies():
+                        on_topic(notification.payload)
+            except psycopg.Error as exc:
+                log.warning("listening for changes failed (%s); retrying in %.1f s", exc, delay)
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 30.0)
 
     async def run_checkpoints(self, interval_s: float = 1.0) -> None:
         """Checkpoint the SQLite WAL every `interval_s` until cancelled (a named app task)."""
