@@ -1,115 +1,81 @@
-"""Supervises one command's host process: streams output, enforces the timeout, reaps the tree.
+"""Supervises one command: streams output, enforces the timeout, reaps the whole tree.
 
-Every backend launches differently but ends the same way (base.py invariants, design
+Every backend confines differently but ends the same way (base.py invariants, design
 invariant 8): output is streamed as it arrives, the wall-clock timeout and cancellation of
 the awaiting task both kill the whole process tree, and leftovers (a command's background
 processes) are killed when the main process exits, before `exec` returns. Nothing here
-blocks the event loop: the child is awaited through anyio and the pipe is read
-asynchronously.
+blocks the event loop: the command's pipe and status are read asynchronously.
 """
 
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 
 import anyio
-import anyio.abc
 
-from cairn.errors import SandboxError
+from cairn.sandbox._forkserver import ForkedCommand
 from cairn.sandbox._kill import sigkill_group
 from cairn.sandbox.base import ExecResult, OutputSink
 
-__all__ = ["Launch", "run_supervised"]
+__all__ = ["run_supervised"]
 
 # Called once the main process has exited or been killed; kills whatever it left behind.
 ReapLeftovers = Callable[[], Awaitable[None]]
 
 
-@dataclass(frozen=True, slots=True)
-class Launch:
-    """How to start the host process that runs (or supervises) the command."""
-
-    argv: Sequence[str]
-    env: Mapping[str, str]
-    cwd: Path | None = None
-    pass_fds: Sequence[int] = field(default_factory=tuple)
-
-
 async def run_supervised(
-    launch: Launch,
+    command: ForkedCommand,
     *,
     timeout_s: float,
     on_output: OutputSink,
     reap_leftovers: ReapLeftovers,
 ) -> ExecResult:
-    """Run `launch` to completion and return how it ended; see the module docstring."""
+    """Supervise `command` (just handed to the fork server) to its end; see module docstring."""
     started = time.monotonic()
-    process = await _spawn(launch)
     killed = timed_out = reaped = False
     try:
+        await command.started()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_pump, process, on_output)
+            tg.start_soon(_pump, command, on_output)
             with anyio.move_on_after(timeout_s) as deadline:
-                await process.wait()
+                await command.wait()
             if deadline.cancelled_caught:
                 timed_out = killed = True
-                process.kill()
+                command.kill()
             # Reaping here (not only in `finally`) closes pipes held by background
             # processes, so the pump sees end-of-file and the task group can finish.
-            await _reap(process, reap_leftovers)
+            await _reap(command, reap_leftovers)
             reaped = True
     finally:
         with anyio.CancelScope(shield=True):
-            if process.returncode is None:
-                killed = True
-                process.kill()
-            await process.wait()
-            if not reaped:
-                await _reap(process, reap_leftovers)
-            await process.aclose()
-    return _result(process.returncode, killed=killed, timed_out=timed_out, started=started)
+            try:
+                if not command.pid:
+                    await command.started()  # cancelled before the pid arrived: get it
+                if command.returncode is None:
+                    killed = True
+                    command.kill()
+                await command.wait()
+                if not reaped:
+                    await _reap(command, reap_leftovers)
+            finally:
+                command.close()
+    return _result(command.returncode, killed=killed, timed_out=timed_out, started=started)
 
 
-async def _reap(process: anyio.abc.Process, reap_leftovers: ReapLeftovers) -> None:
-    """Kill the launcher's process group, then whatever the backend knows escaped it.
+async def _reap(command: ForkedCommand, reap_leftovers: ReapLeftovers) -> None:
+    """Kill the command's process group (it is a session leader), then what escaped it.
 
     The group id stays reserved while any member lives, so signalling it right after the
     leader was reaped cannot hit an unrelated process group.
     """
-    sigkill_group(process.pid)
+    sigkill_group(command.pid)
     await reap_leftovers()
 
 
-async def _spawn(launch: Launch) -> anyio.abc.Process:
-    try:
-        return await anyio.open_process(
-            list(launch.argv),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=dict(launch.env),
-            cwd=launch.cwd,
-            # Its own session: terminal signals aimed at the server never reach commands,
-            # and a backend can signal the whole group.
-            start_new_session=True,
-            pass_fds=launch.pass_fds,
-        )
-    except OSError as exc:
-        raise SandboxError(
-            f"could not start sandboxed command: {exc}",
-            context={"argv0": launch.argv[0]},
-        ) from exc
-
-
-async def _pump(process: anyio.abc.Process, on_output: OutputSink) -> None:
-    if process.stdout is None:
-        raise SandboxError("sandboxed command has no output pipe")
-    async for chunk in process.stdout:
+async def _pump(command: ForkedCommand, on_output: OutputSink) -> None:
+    async for chunk in command.output():
         await on_output(chunk)
 
 

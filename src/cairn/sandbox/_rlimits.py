@@ -3,9 +3,8 @@
 RLIMIT_FSIZE, RLIMIT_CPU and RLIMIT_NOFILE always, and RLIMIT_AS / RLIMIT_NPROC only where
 no cgroup enforces memory / process count (an address space limit breaks runtimes that
 reserve large mappings, and NPROC counts every process of a host uid, not of one command).
-The bwrap and unconfined backends apply them with util-linux `prlimit` in front of the
-sandbox (forking the threaded server with Python code to run in the child is unsafe;
-`prlimit` costs ~1 ms); the launcher-based backends call setrlimit in their launcher.
+Every backend's launcher (`_launcher/main.py`) calls setrlimit with them before the
+sandbox starts.
 The server may lack CAP_SYS_RESOURCE (research/sandbox.md §6), so a limit is clamped to
 the server's own hard limit, and the report says so.
 """
@@ -26,19 +25,9 @@ _INFINITY = resource.RLIM_INFINITY
 class RlimitPlan:
     """The rlimits for one command and, per limit field, how it is enforced."""
 
-    # (prlimit option name, resource.RLIMIT_*, value used as both soft and hard limit)
-    limits: tuple[tuple[str, int, int], ...]
+    # (resource.RLIMIT_*, value used as both soft and hard limit)
+    values: list[tuple[int, int]]
     enforced: dict[str, str]
-
-    @property
-    def options(self) -> tuple[str, ...]:
-        """The same limits as `prlimit` command-line options."""
-        return tuple(f"--{flag}={value}:{value}" for flag, _, value in self.limits)
-
-    @property
-    def values(self) -> list[tuple[int, int]]:
-        """The same limits as (resource.RLIMIT_*, value) pairs for setrlimit."""
-        return [(kind, value) for _, kind, value in self.limits]
 
 
 def plan_rlimits(
@@ -49,28 +38,28 @@ def plan_rlimits(
     `nproc_counts` is False when RLIMIT_NPROC would not bound the command (host uid 0 is
     exempt) or would count unrelated processes of the server's own user.
     """
-    chosen: list[tuple[str, int, int]] = []
+    chosen: list[tuple[int, int]] = []
     enforced: dict[str, str] = {}
-    wanted: list[tuple[str, str, int, int | None, str]] = [
-        ("cpu_time_s", "cpu", resource.RLIMIT_CPU, limits.cpu_time_s, "rlimit CPU, per process"),
-        ("file_size_bytes", "fsize", resource.RLIMIT_FSIZE, limits.file_size_bytes, "rlimit FSIZE"),
-        ("open_files", "nofile", resource.RLIMIT_NOFILE, limits.open_files, "rlimit NOFILE"),
+    wanted: list[tuple[str, int, int | None, str]] = [
+        ("cpu_time_s", resource.RLIMIT_CPU, limits.cpu_time_s, "rlimit CPU, per process"),
+        ("file_size_bytes", resource.RLIMIT_FSIZE, limits.file_size_bytes, "rlimit FSIZE"),
+        ("open_files", resource.RLIMIT_NOFILE, limits.open_files, "rlimit NOFILE"),
     ]
     if not memory_by_cgroup:
         wanted.append(
-            ("memory_bytes", "as", resource.RLIMIT_AS, limits.memory_bytes,
+            ("memory_bytes", resource.RLIMIT_AS, limits.memory_bytes,
              "rlimit AS (address space, per process; allocations fail)")
         )
     if not processes_by_cgroup and nproc_counts:
         wanted.append(
-            ("max_processes", "nproc", resource.RLIMIT_NPROC, limits.max_processes,
+            ("max_processes", resource.RLIMIT_NPROC, limits.max_processes,
              "rlimit NPROC (counts every process of the sandbox host uid)")
         )
-    for field_name, flag, kind, value, how in wanted:
+    for field_name, kind, value, how in wanted:
         if value is None:
             continue
         hard = resource.getrlimit(kind)[1]
         applied = value if hard == _INFINITY else min(value, hard)
-        chosen.append((flag, kind, applied))
+        chosen.append((kind, applied))
         enforced[field_name] = how if applied == value else f"{how}, clamped to host hard limit {hard}"
-    return RlimitPlan(limits=tuple(chosen), enforced=enforced)
+    return RlimitPlan(values=chosen, enforced=enforced)

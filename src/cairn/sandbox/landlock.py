@@ -32,7 +32,8 @@ from cairn.sandbox._cgroups import discover_cgroups
 from cairn.sandbox._containment import Containment
 from cairn.sandbox._launch import LaunchedBackend
 from cairn.sandbox._launcher.landlock import abi_version
-from cairn.sandbox._rootfs import DEVICES, ETC_READ_ONLY, system_layout
+from cairn.sandbox._env import command_env
+from cairn.sandbox._rootfs import DEVICES, ETC_READ_ONLY, SANDBOX_USER, system_layout
 from cairn.sandbox.base import ExecRequest
 
 if TYPE_CHECKING:
@@ -91,7 +92,6 @@ class LandlockBackend(LaunchedBackend):
             containment=Containment(
                 cgroups=discover_cgroups(),
                 nproc_counts=account is not None,
-                launcher_sets_rlimits=True,
             ),
             scratch_root=scratch_root,
         )
@@ -166,6 +166,11 @@ class LandlockBackend(LaunchedBackend):
             "devices": list(DEVICES),
         }
 
-    def _paths(self, request: ExecRequest, scratch: Path | None) -> tuple[str, str, str]:
+    def _command(
+        self, request: ExecRequest, scratch: Path | None
+    ) -> tuple[list[str], dict[str, str], str]:
         home = str(scratch)
-        return str(request.workspace), home, home
+        env = command_env(
+            home=home, user=SANDBOX_USER, session_env=request.env, tmpdir=home
+        )
+        return ["/bin/sh", "-c", request.command], env, str(request.workspace)

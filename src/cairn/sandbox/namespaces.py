@@ -24,6 +24,7 @@ from cairn.errors import SandboxError
 from cairn.sandbox._account import SandboxAccount, resolve_sandbox_account
 from cairn.sandbox._cgroups import discover_cgroups
 from cairn.sandbox._containment import Containment
+from cairn.sandbox._env import command_env
 from cairn.sandbox._launch import LaunchedBackend
 from cairn.sandbox._launcher.spec import WORKSPACE
 from cairn.sandbox._rootfs import (
@@ -31,6 +32,7 @@ from cairn.sandbox._rootfs import (
     ETC_READ_ONLY,
     HOSTNAME,
     SANDBOX_HOME,
+    SANDBOX_USER,
     generated_etc,
     system_layout,
 )
@@ -80,7 +82,6 @@ class NamespacesBackend(LaunchedBackend):
             containment=Containment(
                 cgroups=discover_cgroups(),
                 nproc_counts=True,
-                launcher_sets_rlimits=True,
                 pid_namespace=True,
             ),
             # An empty host directory the command's root tmpfs is mounted on (privately).
@@ -117,5 +118,8 @@ class NamespacesBackend(LaunchedBackend):
     ) -> tuple[Rootfs | None, Landlock | None]:
         return self._rootfs, None
 
-    def _paths(self, request: ExecRequest, scratch: Path | None) -> tuple[str, str, str]:
-        return WORKSPACE, SANDBOX_HOME, "/tmp"
+    def _command(
+        self, request: ExecRequest, scratch: Path | None
+    ) -> tuple[list[str], dict[str, str], str]:
+        env = command_env(home=SANDBOX_HOME, user=SANDBOX_USER, session_env=request.env)
+        return ["/bin/sh", "-c", request.command], env, WORKSPACE

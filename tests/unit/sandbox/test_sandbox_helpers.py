@@ -38,16 +38,17 @@ def test_rlimit_plan_leaves_cgroup_limits_to_cgroups() -> None:
                             file_size_bytes=1 << 20, open_files=128)
     plan = plan_rlimits(limits, memory_by_cgroup=True, processes_by_cgroup=True, nproc_counts=True)
     assert set(plan.enforced) == {"cpu_time_s", "file_size_bytes", "open_files"}
-    assert "--cpu=5:5" in plan.options and "--fsize=1048576:1048576" in plan.options
+    assert (resource.RLIMIT_CPU, 5) in plan.values
+    assert (resource.RLIMIT_FSIZE, 1 << 20) in plan.values
     fallback = plan_rlimits(
         limits, memory_by_cgroup=False, processes_by_cgroup=False, nproc_counts=True
     )
-    assert "--as=1073741824:1073741824" in fallback.options
-    assert "--nproc=64:64" in fallback.options
+    assert (resource.RLIMIT_AS, 1 << 30) in fallback.values
+    assert (resource.RLIMIT_NPROC, 64) in fallback.values
     uncounted = plan_rlimits(
         limits, memory_by_cgroup=False, processes_by_cgroup=False, nproc_counts=False
     )
-    assert not any(option.startswith("--nproc") for option in uncounted.options)
+    assert all(kind != resource.RLIMIT_NPROC for kind, _ in uncounted.values)
 
 
 def test_rlimit_plan_clamps_to_the_hard_limit_and_skips_unset_fields() -> None:
@@ -55,7 +56,7 @@ def test_rlimit_plan_clamps_to_the_hard_limit_and_skips_unset_fields() -> None:
     limits = ResourceLimits(memory_bytes=None, max_processes=None, cpu_time_s=None,
                             file_size_bytes=None, open_files=hard + 1000)
     plan = plan_rlimits(limits, memory_by_cgroup=False, processes_by_cgroup=False, nproc_counts=True)
-    assert plan.options == (f"--nofile={hard}:{hard}",)
+    assert plan.values == [(resource.RLIMIT_NOFILE, hard)]
     assert "clamped" in plan.enforced["open_files"]
 
 

@@ -1,4 +1,4 @@
-"""The launcher's entry point: confine this process as the spec says, then exec the command.
+"""What a forked command process does: confine itself as the spec says, then exec.
 
 Steps, in an order that matters:
 1. join the command's cgroups and set its rlimits, while still root and before anything
@@ -8,7 +8,7 @@ Steps, in an order that matters:
    the new pid namespace (so nothing survives it), builds and pivots into the new root;
 3. `landlock` mode: stays in the host's namespaces and restricts itself to an allowlist;
 4. drop to the unprivileged user (no capabilities, no_new_privs), install the seccomp
-   filter, exec `/bin/sh -c <command>`.
+   filter, exec the command (`/bin/sh -c <command>`, or bwrap, which confines itself).
 
 A failure before the exec prints one line to stderr (the command's output) and exits 125,
 the status shells use for "could not run"; the backend turns that into a `SandboxError`.
@@ -16,7 +16,6 @@ the status shells use for "could not run"; the backend turns that into a `Sandbo
 
 from __future__ import annotations
 
-import marshal
 import os
 import resource
 import sys
@@ -28,7 +27,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .spec import LaunchSpec
 
-__all__ = ["LAUNCH_FAILED", "main"]
+__all__ = ["LAUNCH_FAILED", "run"]
 
 LAUNCH_FAILED = 125
 _CLONE_NEWNS = 0x00020000
@@ -41,9 +40,8 @@ _PR_SET_PDEATHSIG = 1
 _SIGKILL = 9  # not signal.SIGKILL: the `signal` module imports `enum` (slow to start)
 
 
-def main(spec_fd: int) -> None:
-    with os.fdopen(spec_fd, "rb") as source:
-        spec: LaunchSpec = marshal.load(source)
+def run(spec: LaunchSpec) -> None:
+    """Confine this process as `spec` says and exec the command; never returns."""
     try:
         _contain(spec)
         if spec["rootfs"] is not None:
@@ -107,6 +105,7 @@ def _confine_and_exec(spec: LaunchSpec) -> None:
             abi=rules["abi"], read_write=rules["read_write"], read_only=rules["read_only"],
             devices=rules["devices"], confine_tcp=not spec["network"],
         )
-    seccomp.install_filter(deny_network=rules is not None and not spec["network"])
+    if spec["seccomp"]:
+        seccomp.install_filter(deny_network=rules is not None and not spec["network"])
     os.chdir(spec["cwd"])
     os.execve(spec["argv"][0], spec["argv"], spec["env"])

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         rlimits: list[tuple[int, int]]  # (resource.RLIMIT_*, soft = hard value)
         user: tuple[int, int] | None  # (uid, gid) to become; None keeps the caller's
         network: bool
+        seccomp: bool  # install the seccomp denylist (not for bwrap: it has its own)
         rootfs: Rootfs | None
         landlock: Landlock | None
 

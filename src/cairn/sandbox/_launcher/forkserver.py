@@ -1,0 +1,116 @@
+"""The fork server: one long-lived launcher per backend that forks a child per command.
+
+Starting an interpreter per command costs 7-20 ms before any confinement work (~1 ms), so
+the server starts this program once (`cairn.sandbox._forkserver`) and sends it one message
+per command over a SOCK_SEQPACKET socket: a byte, with three file descriptors attached —
+the memfd holding the `LaunchSpec`, the write end of the command's output pipe, and one
+end of a per-command status socket. It forks; the child makes the pipe its stdout and
+stderr, /dev/null its stdin, starts a new session, closes everything else and runs the
+launcher (`main.run`). The fork server sends the child's pid (with a pidfd attached) on
+the status socket, and its wait status when it ends (it is the child's parent, so it
+reaps it), then closes it.
+
+It stays single-threaded and small, so forking it is cheap and safe. When the server's end
+of the control socket closes (the server exited or died), it SIGKILLs the process groups
+of the children still running and exits: nothing it started outlives the server.
+"""
+
+from __future__ import annotations
+
+import _socket
+import marshal
+import os
+import select
+import sys
+
+from .main import LAUNCH_FAILED, run
+
+__all__ = ["serve"]
+
+_SCM_RIGHTS = 1
+_SOL_SOCKET = 1
+_FDS_PER_REQUEST = 3
+_SIGKILL = 9
+
+
+def serve(control_fd: int) -> None:
+    control = _socket.socket(fileno=control_fd)
+    poller = select.poll()
+    poller.register(control.fileno(), select.POLLIN)
+    children: dict[int, tuple[int, _socket.socket]] = {}  # pidfd -> (pid, status socket)
+    while True:
+        for fd, _ in poller.poll():
+            if fd == control.fileno():
+                if not _accept(control, children, poller):
+                    _kill_all(children)
+                    return
+            else:
+                pid, status = children.pop(fd)
+                poller.unregister(fd)
+                os.close(fd)
+                _, code = os.waitpid(pid, 0)
+                _send(status, ("exit", code))
+                status.close()
+
+
+def _accept(
+    control: _socket.socket,
+    children: dict[int, tuple[int, _socket.socket]],
+    poller: select.poll,
+) -> bool:
+    """Fork one command; return False when the server has gone away."""
+    data, ancillary, _, _ = control.recvmsg(1, _socket.CMSG_SPACE(4 * _FDS_PER_REQUEST))
+    fds = [
+        int.from_bytes(cmsg_data[i : i + 4], sys.byteorder, signed=True)
+        for level, kind, cmsg_data in ancillary
+        if level == _SOL_SOCKET and kind == _SCM_RIGHTS
+        for i in range(0, len(cmsg_data) - len(cmsg_data) % 4, 4)
+    ]
+    if not data:
+        return False
+    spec_fd, output_fd, status_fd = fds
+    status = _socket.socket(fileno=status_fd)
+    pid = os.fork()
+    if pid == 0:
+        _become_command(spec_fd, output_fd)
+    os.close(spec_fd)
+    os.close(output_fd)
+    pidfd = os.pidfd_open(pid)
+    children[pidfd] = (pid, status)
+    poller.register(pidfd, select.POLLIN)
+    _send(status, ("pid", pid), pidfd)
+    return True
+
+
+def _become_command(spec_fd: int, output_fd: int) -> None:
+    try:
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(output_fd, 1)
+        os.dup2(output_fd, 2)
+        os.setsid()
+        keep = 3 if spec_fd == 3 else os.dup2(spec_fd, 3)
+        os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+        with os.fdopen(keep, "rb") as source:
+            spec = marshal.load(source)
+    except BaseException:  # noqa: BLE001 - a forked child must never return into the loop
+        os._exit(LAUNCH_FAILED)
+    run(spec)
+    os._exit(LAUNCH_FAILED)  # run() execs or exits; this is never reached
+
+
+def _send(status: _socket.socket, message: tuple[str, int], fd: int | None = None) -> None:
+    """Send `message`, with `fd` attached (the pidfd, so the server signals no recycled pid)."""
+    ancillary = [] if fd is None else [(_SOL_SOCKET, _SCM_RIGHTS, fd.to_bytes(4, sys.byteorder))]
+    try:
+        status.sendmsg([marshal.dumps(message)], ancillary)
+    except OSError:
+        pass  # the server stopped waiting for this command (it was cancelled and closed)
+
+
+def _kill_all(children: dict[int, tuple[int, _socket.socket]]) -> None:
+    for pid, _ in children.values():
+        try:
+            os.killpg(pid, _SIGKILL)
+        except ProcessLookupError:
+            pass
