@@ -93,7 +93,7 @@ class ForkServer:
             os.close(spec_fd)
             os.close(output_write)
             theirs.close()
-        return ForkedCommand(output_read, ours)
+        return ForkedCommand(self, output_read, ours)
 
     def _running(self) -> socket.socket:
         if self._control is not None and self._process is not None and self._process.poll() is None:
@@ -132,9 +132,13 @@ def _stop(control: socket.socket, process: subprocess.Popen[bytes]) -> None:
 
 
 class ForkedCommand:
-    """An async handle on one command the fork server forked (see `_process.py`)."""
+    """An async handle on one command the fork server forked (see `_process.py`).
 
-    def __init__(self, output_fd: int, status: socket.socket) -> None:
+    It keeps its `ForkServer` alive: the fork server kills its children when dropped.
+    """
+
+    def __init__(self, server: ForkServer, output_fd: int, status: socket.socket) -> None:
+        self._server = server
         os.set_blocking(output_fd, False)
         status.setblocking(False)
         self._output_fd: int | None = output_fd

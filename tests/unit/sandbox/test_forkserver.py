@@ -1,0 +1,66 @@
+"""The fork server: one command per request, failures reported, nothing outlives it."""
+
+from __future__ import annotations
+
+import gc
+import uuid
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+
+from cairn.sandbox._env import DEFAULT_PATH
+from cairn.sandbox._forkserver import ForkServer
+from cairn.sandbox._launcher.main import LAUNCH_FAILED
+from cairn.sandbox.testing import host_processes_with
+
+if TYPE_CHECKING:
+    from cairn.sandbox._launcher.spec import LaunchSpec
+
+pytestmark = pytest.mark.anyio
+
+
+def plain(command: str) -> LaunchSpec:
+    """A spec with no confinement at all: the fork server's own mechanics only."""
+    return {
+        "argv": ["/bin/sh", "-c", command], "env": {"PATH": DEFAULT_PATH}, "cwd": "/",
+        "workspace": "/", "cgroup_procs": [], "rlimits": [], "user": None, "network": True,
+        "seccomp": False, "rootfs": None, "landlock": None,
+    }
+
+
+async def test_output_and_status_of_a_command() -> None:
+    command = ForkServer().start(plain("echo out; echo err >&2; exit 3"))
+    try:
+        await command.started()
+        output = b"".join([chunk async for chunk in command.output()])
+        assert await command.wait() == 3
+    finally:
+        command.close()
+    assert output == b"out\nerr\n"
+
+
+def test_a_launch_failure_says_why() -> None:
+    spec = plain("true")
+    spec["cwd"] = "/does/not/exist"
+    command = ForkServer().start(spec)
+    try:
+        status, output = command.run_blocking(10)
+    finally:
+        command.close()
+    assert status == LAUNCH_FAILED
+    assert b"cairn sandbox launcher:" in output and b"/does/not/exist" in output
+
+
+async def test_commands_die_with_their_fork_server() -> None:
+    marker = f"cairn-forkserver-{uuid.uuid4().hex}"
+    forks = ForkServer()
+    command = forks.start(plain(f"sleep 600; : {marker}"))
+    await command.started()
+    assert host_processes_with(marker)
+    command.close()
+    del forks, command  # a command handle keeps its fork server alive
+    gc.collect()  # the server's end of the control socket closes: the fork server kills
+    with anyio.fail_after(10):
+        while host_processes_with(marker):
+            await anyio.sleep(0.02)
