@@ -57,7 +57,9 @@ async def test_commands_die_with_their_fork_server() -> None:
     forks = ForkServer()
     command = forks.start(plain(f"sleep 600; : {marker}"))
     await command.started()
-    assert host_processes_with(marker)
+    with anyio.fail_after(10):
+        while not host_processes_with(marker):  # the child has forked, but not yet exec'd
+            await anyio.sleep(0.01)
     command.close()
     del forks, command  # a command handle keeps its fork server alive
     gc.collect()  # the server's end of the control socket closes: the fork server kills
