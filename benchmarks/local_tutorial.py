@@ -1,9 +1,11 @@
 """Runs the tree.py tutorial's two turns on the local model, without the server.
 
-This is the check behind docs/local-model.md's recorded runs: it drives `LocalModel`
-through the same two user messages as `cairn demo`, with Cairn's own workspace tools
-(`cairn.engine.tools`) and sandbox backend, in a fresh temporary workspace per run, and
-reports per turn: wall time, the tool calls made, and whether the turn did what was asked.
+A faster loop than `cairn demo` for tuning the local provider: it drives `LocalModel`
+through the demo's two prompts and instructions (`cairn.demo`), with Cairn's own
+workspace tools (`cairn.engine.tools`) and sandbox backend, in a fresh temporary
+workspace per run, and reports per turn: wall time, the tool calls made, and whether the
+turn did what was asked (judged more strictly than the demo: the delivered script must
+also limit the depth of a known tree).
 
     .venv/bin/python benchmarks/local_tutorial.py --runs 5
 
@@ -27,6 +29,7 @@ from typing import Any
 
 import anyio
 
+from cairn.demo import INSTRUCTIONS, PROMPTS
 from cairn.engine.tools import run_file_tool, workspace_tool_specs
 from cairn.engine.workspace_files import WorkspaceFiles
 from cairn.errors import CairnError
@@ -44,13 +47,6 @@ from cairn.models.local import create_local_model
 from cairn.sandbox.base import ExecRequest, SandboxBackend
 from cairn.sandbox.selection import select_backend
 
-INSTRUCTIONS = "Write clean code, run it, and report the actual output."
-TURNS = (
-    "Create tree.py, a Python script that prints a readable tree of the files in the current "
-    "directory. Run it and show me the output.",
-    "Add a --max-depth option to tree.py. Run python tree.py --max-depth 2 and report the actual "
-    "output. Copy the updated script to /workspace/outputs/tree.py so I can download it.",
-)
 MAX_STEPS = 12
 
 
@@ -170,8 +166,8 @@ async def _run(index: int, cache_dir: Path, backend: SandboxBackend) -> tuple[Tu
         await backend.prepare_workspace(workspace)
         items: list[InputItem] = []
         session = f"tutorial-run-{index}"
-        first = await _turn(model, items, TURNS[0], session, 1, workspace, backend)
-        second = await _turn(model, items, TURNS[1], session, 2, workspace, backend)
+        first = await _turn(model, items, PROMPTS[0], session, 1, workspace, backend)
+        second = await _turn(model, items, PROMPTS[1], session, 2, workspace, backend)
         _judge(first, second, workspace)
         return first, second
     finally:

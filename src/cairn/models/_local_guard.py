@@ -5,6 +5,9 @@ the same output, and issues it again until the turn's step budget runs out. Re-r
 command is sometimes right (run, fix the file, run again), so a call counts as a repeat
 only if it is identical to the *previous* call of the turn (nothing happened in between
 that could change its result) or if the turn already made it twice (an A-B-A-B loop).
+It also loops with varying arguments: asked for "a few sample files" it wrote
+sample_file2, sample_file3, … sample_file14 under one unchanged thought. So a call that
+would be the third in a row with the same tool and the same thought is a repeat too.
 A turn with very many calls is also told to finish; that limit is a backstop well above
 what the tutorial tasks need.
 """
@@ -18,7 +21,7 @@ from typing import Any
 
 from cairn.models.base import FunctionCallInput, InputItem, MessageInput
 
-__all__ = ["CallKey", "TurnCalls", "call_key", "turn_calls"]
+__all__ = ["CallKey", "TurnCalls", "call_key", "intent_key", "turn_calls"]
 
 CallKey = tuple[str, str]
 
@@ -44,30 +47,45 @@ def call_key(name: str, arguments: Mapping[str, Any] | str) -> CallKey:
     return (name, json.dumps(_canonical(value), sort_keys=True, ensure_ascii=False))
 
 
+def intent_key(name: str, thought: str) -> CallKey:
+    """What a call means to do: its tool and its thought, whatever its arguments."""
+    return (name, " ".join(thought.lower().split()))
+
+
 @dataclass(frozen=True, slots=True)
 class TurnCalls:
-    """The calls made so far in the current turn, oldest first."""
+    """The calls made so far in the current turn, oldest first, with their intents."""
 
     keys: tuple[CallKey, ...]
+    intents: tuple[CallKey, ...]
 
-    def is_repeat(self, key: CallKey) -> bool:
+    def is_repeat(self, key: CallKey, intent: CallKey) -> bool:
         if self.keys and self.keys[-1] == key:
             return True
-        return self.keys.count(key) >= 2
+        if self.keys.count(key) >= 2:
+            return True
+        return bool(intent[1]) and self.intents[-2:] == (intent, intent)
 
     def __len__(self) -> int:
         return len(self.keys)
 
 
 def turn_calls(items: Sequence[InputItem]) -> TurnCalls:
-    """Collect the calls after the last user message, which is where the turn began."""
+    """Collect the calls after the last user message, which is where the turn began.
+
+    A call's thought is the assistant message stored just before it (see `local.py`).
+    """
     start = 0
     for index, item in enumerate(items):
         if isinstance(item, MessageInput) and item.role == "user":
             start = index + 1
-    keys = tuple(
-        call_key(item.name, item.arguments)
-        for item in items[start:]
-        if isinstance(item, FunctionCallInput)
-    )
-    return TurnCalls(keys)
+    keys: list[CallKey] = []
+    intents: list[CallKey] = []
+    previous: InputItem | None = None
+    for item in items[start:]:
+        if isinstance(item, FunctionCallInput):
+            thought = previous.text if isinstance(previous, MessageInput) and previous.role == "assistant" else ""
+            keys.append(call_key(item.name, item.arguments))
+            intents.append(intent_key(item.name, thought))
+        previous = item
+    return TurnCalls(tuple(keys), tuple(intents))

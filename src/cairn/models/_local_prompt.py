@@ -27,7 +27,7 @@ from cairn.models.base import (
     ToolSpec,
 )
 
-__all__ = ["MAX_TOOL_OUTPUT_CHARS", "render_prompt", "render_tools"]
+__all__ = ["MAX_TOOL_OUTPUT_CHARS", "render_check_reminder", "render_prompt", "render_tools"]
 
 # One command's output can be megabytes; the model only needs its beginning and its end
 # (where errors and summaries are), and its context holds a few thousand tokens.
@@ -54,6 +54,8 @@ _RULES = """\
 - Do every part of the request, one tool call at a time, in the order asked.
 - A file you are asked to create does not exist yet: write it before you run it.
 - To create or change a file, write its complete new content in one call.
+- A file tool only stores the text you give it and runs nothing. Commands (mkdir, cp, \
+python3, ...) run only through the shell tool, and never go into a file's content.
 - After writing a program, run it and read the output. If it fails, fix the file and run it again.
 - Never repeat a call you already made with the same arguments: its result is above.
 - Reply with final_answer only when every part of the request is done: say briefly what you \
@@ -149,3 +151,42 @@ def render_prompt(request: ModelRequest, *, reminder: str | None = None) -> str:
         parts.append(_message("user", reminder))
     parts.append("<|im_start|>assistant\n")
     return "".join(parts)
+
+
+def _brief(arguments: str) -> str:
+    try:
+        value = json.loads(arguments)
+    except json.JSONDecodeError:
+        value = arguments
+    if not isinstance(value, dict):
+        return " ".join(str(value).split())[:60]
+    return ", ".join(f"{k}={' '.join(str(v).split())[:50]}" for k, v in value.items())
+
+
+def render_check_reminder(request: ModelRequest) -> str:
+    """Asks the model to check the turn's request against its calls before it answers.
+
+    The request and a one-line summary of each call of the turn are repeated right here,
+    at the end of the prompt, because a 1.5B model weighs what it read last: told only to
+    "check", it answered after writing a file it had never run.
+    """
+    items = list(request.input)
+    start, asked = -1, ""
+    for index, item in enumerate(items):
+        if isinstance(item, MessageInput) and item.role == "user":
+            start, asked = index, item.text
+    outputs = {item.call_id: item.output for item in items if isinstance(item, FunctionCallOutputInput)}
+    lines = []
+    for item in items[start + 1 :]:
+        if isinstance(item, FunctionCallInput):
+            result = next((line for line in outputs.get(item.call_id, "").splitlines() if line.strip()), "no output")
+            lines.append(f"- {item.name}({_brief(item.arguments)}) -> {result[:80]}")
+    done = "\n".join(lines) or "- none yet"
+    return (
+        "Before you answer, check your work against the request.\n"
+        f"The request: {asked}\n"
+        f"Your tool calls for it so far:\n{done}\n"
+        "If any part of the request is not done yet (a file not written, a command not run), "
+        "do that part now with a tool call. If every part is done, reply with final_answer "
+        "and quote the actual output you saw."
+    )

@@ -33,8 +33,8 @@ import anyio
 from cairn._concurrency import run_sync
 from cairn.errors import InvalidRequestError, ModelError
 from cairn.models._local_answer_stream import AnswerStream
-from cairn.models._local_guard import TurnCalls, call_key, turn_calls
-from cairn.models._local_prompt import render_prompt
+from cairn.models._local_guard import TurnCalls, call_key, intent_key, turn_calls
+from cairn.models._local_prompt import render_check_reminder, render_prompt
 from cairn.models._local_reply import (
     FINAL_ANSWER,
     FinalAnswer,
@@ -78,18 +78,14 @@ LOCAL_PREFIX = "local:"
 _MAX_CALLS_PER_TURN = 16
 
 _REPEAT_REMINDER = (
-    "You just made that exact call and its result is above. Do not repeat it. "
-    "Take the next step of the task, or reply with final_answer if the task is done."
+    "You are repeating yourself: that call does what your last calls already did, and "
+    "their results are above. Do not repeat it. Take the next step of the task, or reply "
+    "with final_answer if the task is done."
 )
 # A 1.5B model tends to answer as soon as it has written a file, or to answer a new
 # request from memory of the last one (measured on the tree.py tutorial: both turns ended
 # without running anything). So its first move to answer is stopped before any text is
-# sent, and it is asked to check; the second is let through.
-_CHECK_REMINDER = (
-    "Before you answer, compare the user's last request with what your tool calls have "
-    "done so far. If any part of it is not done yet, do that part now with a tool call. "
-    "If every part is done, reply with final_answer and quote the actual output you saw."
-)
+# sent, and it is asked to check (`render_check_reminder`); the second is let through.
 _FINISH_REMINDER = (
     "You have made many tool calls. Stop now and reply with final_answer: say what you "
     "did and what the results were."
@@ -180,7 +176,7 @@ class LocalModel(Model):
         allow_tools = bool(request.tools) and len(calls) < _MAX_CALLS_PER_TURN
         reminder = None if allow_tools or not request.tools else _FINISH_REMINDER
         # While tools are allowed, the model gets one reminder to check its work before
-        # it may answer; see _CHECK_REMINDER.
+        # it may answer; see render_check_reminder.
         may_answer = not allow_tools
         repeats = 0
         usage = Usage()
@@ -203,7 +199,7 @@ class LocalModel(Model):
             reply = attempt.reply
             if reply is None:
                 _log.info("local model wants to answer; asking it to check its work first")
-                reminder, may_answer = _CHECK_REMINDER, True
+                reminder, may_answer = render_check_reminder(request), True
                 continue
             if isinstance(reply, ToolCallReply) and _is_repeat(calls, reply):
                 _log.info("local model repeated %s; asking again", reply.name)
@@ -286,7 +282,7 @@ def _settings_for(base: GenerationSettings, request: ModelRequest, reminder: str
 
 
 def _is_repeat(calls: TurnCalls, reply: ToolCallReply) -> bool:
-    return calls.is_repeat(call_key(reply.name, reply.arguments))
+    return calls.is_repeat(call_key(reply.name, reply.arguments), intent_key(reply.name, reply.thought))
 
 
 def _add(a: Usage, b: Usage) -> Usage:

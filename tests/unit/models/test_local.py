@@ -153,8 +153,8 @@ async def test_a_first_move_to_answer_is_stopped_and_checked(install: Callable[.
     scripted = ScriptedModel(_answer("Created tree.py."), _call("python tree.py", "It is not run yet."))
     deltas, response = await _collect(install(scripted), _request(_after_ls()))
     assert deltas == ["It is not run yet."]  # nothing of the stopped answer went out
-    assert "compare the user's last request" not in scripted.prompts[0]
-    assert "compare the user's last request" in scripted.prompts[1]
+    assert "check your work against the request" not in scripted.prompts[0]
+    assert "check your work against the request" in scripted.prompts[1]
     assert [c.arguments["cmd"] for c in response.tool_calls] == ["python tree.py"]
     assert scripted.releases == 2
 

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from cairn.models._local_guard import call_key, turn_calls
+from cairn.models._local_guard import call_key, intent_key, turn_calls
 from cairn.models.base import FunctionCallInput, FunctionCallOutputInput, InputItem, MessageInput
 
 
-def _call(cmd: str, n: int) -> list[InputItem]:
+def _call(cmd: str, n: int, thought: str = "") -> list[InputItem]:
     return [
+        *([MessageInput("assistant", thought)] if thought else []),
         FunctionCallInput(f"c{n}", "exec_command", f'{{"cmd": "{cmd}"}}'),
         FunctionCallOutputInput(f"c{n}", "output"),
     ]
+
+
+def _key(cmd: str) -> tuple[str, str]:
+    return call_key("exec_command", {"cmd": cmd})
+
+
+NO_INTENT = intent_key("exec_command", "")
 
 
 def test_the_turn_starts_at_the_last_user_message() -> None:
@@ -23,19 +31,19 @@ def test_the_turn_starts_at_the_last_user_message() -> None:
     ]
     calls = turn_calls(items)
     assert len(calls) == 1
-    assert not calls.is_repeat(call_key("exec_command", {"cmd": "ls"}))  # that was another turn
-    assert calls.is_repeat(call_key("exec_command", {"cmd": "pwd"}))
+    assert not calls.is_repeat(_key("ls"), NO_INTENT)  # that was another turn
+    assert calls.is_repeat(_key("pwd"), NO_INTENT)
 
 
 def test_repeating_the_previous_call_is_a_repeat() -> None:
     calls = turn_calls([MessageInput("user", "go"), *_call("python tree.py", 1)])
-    assert calls.is_repeat(call_key("exec_command", {"cmd": "python tree.py"}))
+    assert calls.is_repeat(_key("python tree.py"), NO_INTENT)
 
 
 def test_running_again_after_another_call_is_allowed_once() -> None:
     # run, fix, run again: a legitimate pattern
     items = [MessageInput("user", "go"), *_call("python t.py", 1), *_call("sed -i s/a/b/ t.py", 2)]
-    assert not turn_calls(items).is_repeat(call_key("exec_command", {"cmd": "python t.py"}))
+    assert not turn_calls(items).is_repeat(_key("python t.py"), NO_INTENT)
 
 
 def test_a_third_identical_call_in_a_loop_is_a_repeat() -> None:
@@ -46,7 +54,7 @@ def test_a_third_identical_call_in_a_loop_is_a_repeat() -> None:
         *_call("python t.py", 3),
         *_call("cat t.py", 4),
     ]
-    assert turn_calls(items).is_repeat(call_key("exec_command", {"cmd": "python t.py"}))
+    assert turn_calls(items).is_repeat(_key("python t.py"), NO_INTENT)
 
 
 def test_whitespace_and_key_order_do_not_hide_a_repeat() -> None:
@@ -61,4 +69,19 @@ def test_arguments_that_are_not_json_still_have_a_key() -> None:
 def test_a_turn_without_calls_repeats_nothing() -> None:
     calls = turn_calls([MessageInput("user", "hi")])
     assert len(calls) == 0
-    assert not calls.is_repeat(call_key("exec_command", {"cmd": "ls"}))
+    assert not calls.is_repeat(_key("ls"), NO_INTENT)
+
+
+def test_a_third_call_in_a_row_with_the_same_intent_is_a_repeat() -> None:
+    thought = "Create a few sample files."
+    items = [MessageInput("user", "go"), *_call("touch a", 1, thought), *_call("touch b", 2, thought)]
+    calls = turn_calls(items)
+    assert calls.is_repeat(_key("touch c"), intent_key("exec_command", "  create a FEW sample files. "))
+    assert not calls.is_repeat(_key("touch c"), intent_key("exec_command", "Now run the script."))
+    assert not calls.is_repeat(_key("touch c"), intent_key("other_tool", thought))
+
+
+def test_two_calls_with_the_same_intent_are_fine() -> None:
+    thought = "Create a few sample files."
+    calls = turn_calls([MessageInput("user", "go"), *_call("touch a", 1, thought)])
+    assert not calls.is_repeat(_key("touch b"), intent_key("exec_command", thought))

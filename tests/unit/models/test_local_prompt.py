@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from cairn.models._local_prompt import MAX_TOOL_OUTPUT_CHARS, render_prompt, render_tools
+from cairn.models._local_prompt import MAX_TOOL_OUTPUT_CHARS, render_check_reminder, render_prompt, render_tools
 from cairn.models.base import (
     FunctionCallInput,
     FunctionCallOutputInput,
@@ -113,3 +113,24 @@ def test_prompt_grows_append_only_from_step_to_step() -> None:
 def test_reminder_is_the_last_message_before_the_reply() -> None:
     prompt = render_prompt(_request([MessageInput("user", "x")]), reminder="Do not repeat.")
     assert prompt.endswith("<|im_start|>user\nDo not repeat.<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_the_check_reminder_repeats_the_request_and_summarizes_the_turns_calls() -> None:
+    items: list[InputItem] = [
+        MessageInput("user", "Old request."),
+        FunctionCallInput("c0", "exec_command", '{"cmd": "old"}'),
+        FunctionCallOutputInput("c0", "old"),
+        MessageInput("user", "Write t.py and run it."),
+        MessageInput("assistant", "Write it first."),
+        FunctionCallInput("c1", "write_file", '{"path": "t.py", "content": "print(1)\\nprint(2)"}'),
+        FunctionCallOutputInput("c1", "\nwrote 17 bytes to /workspace/t.py"),
+    ]
+    reminder = render_check_reminder(_request(items))
+    assert "The request: Write t.py and run it.\n" in reminder
+    assert "- write_file(path=t.py, content=print(1) print(2)) -> wrote 17 bytes to /workspace/t.py" in reminder
+    assert "old" not in reminder
+
+
+def test_the_check_reminder_before_any_call() -> None:
+    reminder = render_check_reminder(_request([MessageInput("user", "Do it.")]))
+    assert "so far:\n- none yet\n" in reminder
