@@ -23,7 +23,6 @@ import logging
 import os
 import shutil
 import tempfile
-import weakref
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from cairn.sandbox._cgroups import discover_cgroups
 from cairn.sandbox._containment import Containment
 from cairn.sandbox._env import DEFAULT_PATH, command_env
 from cairn.sandbox._launch import LaunchedBackend
+from cairn.sandbox._private_dir import private_dir
 from cairn.sandbox._rootfs import (
     ETC_READ_ONLY,
     HOSTNAME,
@@ -63,9 +63,8 @@ class BwrapBackend(LaunchedBackend):
     ) -> None:
         super().__init__(account=account, containment=containment)
         self._bwrap = bwrap
-        etc_dir = Path(tempfile.mkdtemp(prefix="cairn-bwrap-etc-"))
-        weakref.finalize(self, shutil.rmtree, etc_dir)
-        etc_dir.chmod(0o755)  # bwrap, running as the sandbox account, opens these files
+        # bwrap, running as the sandbox account, opens these files.
+        etc_dir = private_dir("bwrap-etc", self, mode=0o755)
         for name, content in generated_etc(SANDBOX_UID, SANDBOX_UID).items():
             (etc_dir / name).write_text(content)
             (etc_dir / name).chmod(0o644)

@@ -31,6 +31,7 @@ from cairn.sandbox._account import SandboxAccount, resolve_sandbox_account
 from cairn.sandbox._cgroups import discover_cgroups
 from cairn.sandbox._containment import Containment
 from cairn.sandbox._launch import LaunchedBackend
+from cairn.sandbox._private_dir import private_dir
 from cairn.sandbox._launcher.landlock import abi_version
 from cairn.sandbox._env import command_env
 from cairn.sandbox._rootfs import DEVICES, ETC_READ_ONLY, SANDBOX_USER, system_layout
@@ -59,11 +60,11 @@ class LandlockBackend(LaunchedBackend):
         abi: int,
         account: SandboxAccount | None,
         containment: Containment,
-        scratch_root: Path,
     ) -> None:
         super().__init__(account=account, containment=containment)
         self._abi = abi
-        self._scratch_root = scratch_root
+        # Traversable, so the sandbox account reaches its own scratch directory in it.
+        self._scratch_root = private_dir("landlock", self, mode=0o711)
         layout = system_layout()
         self._read_only = [
             *layout.read_only,
@@ -83,8 +84,6 @@ class LandlockBackend(LaunchedBackend):
                 f"Landlock ABI {abi} is too old or Landlock is disabled (need >= "
                 f"{MIN_LANDLOCK_ABI} to confine TCP; kernel >= 6.7 with lsm=...,landlock)"
             )
-        scratch_root = Path(tempfile.gettempdir()) / "cairn-landlock"
-        scratch_root.mkdir(mode=0o711, exist_ok=True)
         account = resolve_sandbox_account()
         backend = cls(
             abi=abi,
@@ -93,7 +92,6 @@ class LandlockBackend(LaunchedBackend):
                 cgroups=discover_cgroups(),
                 nproc_counts=account is not None,
             ),
-            scratch_root=scratch_root,
         )
         with tempfile.TemporaryDirectory(prefix="cairn-landlock-probe-") as probe:
             scratch = backend._new_scratch()

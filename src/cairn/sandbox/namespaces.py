@@ -26,6 +26,7 @@ from cairn.sandbox._cgroups import discover_cgroups
 from cairn.sandbox._containment import Containment
 from cairn.sandbox._env import command_env
 from cairn.sandbox._launch import LaunchedBackend
+from cairn.sandbox._private_dir import private_dir
 from cairn.sandbox._launcher.spec import WORKSPACE
 from cairn.sandbox._rootfs import (
     DEVICES,
@@ -50,11 +51,11 @@ class NamespacesBackend(LaunchedBackend):
     name = "namespaces"
     capabilities = frozenset({"isolation", "workspace_mount", "process_isolation"})
 
-    def __init__(
-        self, *, account: SandboxAccount, containment: Containment, root_dir: Path
-    ) -> None:
+    def __init__(self, *, account: SandboxAccount, containment: Containment) -> None:
         super().__init__(account=account, containment=containment)
         self._sandbox_account = account
+        # An empty host directory each command's root tmpfs is mounted on (privately).
+        root_dir = private_dir("sandbox-root", self)
         layout = system_layout()
         self._rootfs: Rootfs = {
             "root_dir": str(root_dir),
@@ -84,8 +85,6 @@ class NamespacesBackend(LaunchedBackend):
                 nproc_counts=True,
                 pid_namespace=True,
             ),
-            # An empty host directory the command's root tmpfs is mounted on (privately).
-            root_dir=Path(tempfile.gettempdir()) / "cairn-sandbox-root",
         )
         with tempfile.TemporaryDirectory(prefix="cairn-namespaces-probe-") as probe:
             backend._probe(Path(probe), None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import os
 import resource
 import shutil
 import tempfile
@@ -12,6 +14,7 @@ import pytest
 from cairn.errors import InvalidRequestError, WorkspaceError
 from cairn.sandbox._account import SandboxAccount, resolve_sandbox_account
 from cairn.sandbox._env import DEFAULT_PATH, command_env
+from cairn.sandbox._private_dir import private_dir
 from cairn.sandbox._rlimits import plan_rlimits
 from cairn.sandbox.base import ResourceLimits
 
@@ -85,3 +88,21 @@ def test_server_root_runs_commands_as_an_unprivileged_account() -> None:
         pytest.skip("the test runs unprivileged: commands run as the server's own user")
     assert account.uid != 0 and account.gid != 0
     assert account.is_dedicated or account.name == "nobody"
+
+
+def test_private_dirs_are_fresh_and_those_of_dead_servers_are_removed() -> None:
+    root = Path(tempfile.gettempdir())
+    stale = root / f"cairn-unittest-{2**22 + 1}-abc"  # above pid_max's default: never alive
+    (stale / "inner").mkdir(parents=True)
+
+    class Owner:
+        pass
+
+    owner = Owner()
+    path = private_dir("unittest", owner)
+    assert not stale.exists()
+    assert path.name.startswith(f"cairn-unittest-{os.getpid()}-")
+    assert path.stat().st_mode & 0o777 == 0o700
+    del owner
+    gc.collect()
+    assert not path.exists()

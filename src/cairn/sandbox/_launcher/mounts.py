@@ -5,7 +5,8 @@ mount(8) runs): a read-only tmpfs root holding read-only binds of /usr and selec
 entries, the merged-/usr links, generated /etc files, a fresh /proc of the command's pid
 namespace, a minimal /dev, private tmpfs /tmp and /dev/shm, and the workspace read-write
 at /workspace. Every mount is nosuid and nodev. The tmpfs is mounted on `root_dir`, an
-empty host directory that shadows no bind source, so no second pivot is needed; all of
+empty private host directory the backend made, which shadows no bind source, so no second
+pivot is needed; all of
 this is private to the namespace and vanishes with it.
 """
 
@@ -38,7 +39,6 @@ def enter_rootfs(rootfs: Rootfs, workspace: str) -> None:
     """Make `rootfs` (with `workspace` at /workspace) this mount namespace's `/`."""
     mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     root = rootfs["root_dir"]
-    os.makedirs(root, mode=0o700, exist_ok=True)
     mount("tmpfs", root, "tmpfs", _SAFE, "mode=0755,size=4m")
     for path in rootfs["read_only"]:
         _bind(path, root + path, flags=_SAFE | _MS_RDONLY)
