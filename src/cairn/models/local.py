@@ -33,7 +33,7 @@ import anyio
 from cairn._concurrency import run_sync
 from cairn.errors import InvalidRequestError, ModelError
 from cairn.models._local_answer_stream import AnswerStream
-from cairn.models._local_guard import TurnCalls, call_key, intent_key, turn_calls
+from cairn.models._local_guard import TurnCalls, call_key, intent_key, is_looping, turn_calls
 from cairn.models._local_prompt import render_check_reminder, render_prompt
 from cairn.models._local_reply import (
     FINAL_ANSWER,
@@ -58,7 +58,6 @@ from cairn.models.base import (
     ModelResponse,
     TextDelta,
     ToolCall,
-    ToolSpec,
     Usage,
 )
 
@@ -86,6 +85,12 @@ _REPEAT_REMINDER = (
 # request from memory of the last one (measured on the tree.py tutorial: both turns ended
 # without running anything). So its first move to answer is stopped before any text is
 # sent, and it is asked to check (`render_check_reminder`); the second is let through.
+_CUT_OFF_REMINDER = (
+    "Your last reply got stuck repeating itself and was cut off. Reply again with one "
+    "short tool call or your final answer; keep file contents to what the task needs."
+)
+# Loop detection looks at the whole reply, so it runs every few pieces, not every one.
+_LOOP_CHECK_EVERY = 16
 _FINISH_REMINDER = (
     "You have made many tool calls. Stop now and reply with final_answer: say what you "
     "did and what the results were."
@@ -129,9 +134,10 @@ def create_local_model(name: str, cache_dir: Path) -> Model:
 class _Attempt:
     """One constrained generation: what was asked and what came back."""
 
-    reply: FinalAnswer | ToolCallReply | None  # None: stopped at the start of an answer
+    reply: FinalAnswer | ToolCallReply | None  # None: stopped early, see the flag
     streamed: str
     usage: Usage
+    is_cut_off: bool = False  # a call ran into the token limit or into a loop
 
 
 class LocalModel(Model):
@@ -178,10 +184,10 @@ class LocalModel(Model):
         # While tools are allowed, the model gets one reminder to check its work before
         # it may answer; see render_check_reminder.
         may_answer = not allow_tools
-        repeats = 0
+        repeats = cut_offs = 0
         usage = Usage()
-        # Terminates: the check happens once, and after two repeats only the answer is
-        # allowed, so at most four attempts are made.
+        # Terminates: the check happens once, a cut-off reply is retried once, and after
+        # two repeats only the answer is allowed, so at most five attempts are made.
         while True:
             attempt: _Attempt | None = None
             # aclosing: if our consumer stops early, the attempt's cleanup (handing the
@@ -197,6 +203,17 @@ class LocalModel(Model):
                 raise ModelError("The local model's generation ended without a reply.")
             usage = _add(usage, attempt.usage)
             reply = attempt.reply
+            if attempt.is_cut_off:
+                if cut_offs:
+                    raise ModelError(
+                        "The local model's reply ran into its token limit or into a loop twice, "
+                        "so it was not used.",
+                        code="max_output_tokens",
+                    )
+                _log.info("local model's reply was cut off; asking again")
+                cut_offs += 1
+                reminder = _CUT_OFF_REMINDER
+                continue
             if reply is None:
                 _log.info("local model wants to answer; asking it to check its work first")
                 reminder, may_answer = render_check_reminder(request), True
@@ -233,6 +250,7 @@ class LocalModel(Model):
         raw: list[str] = []
         answer = AnswerStream()
         streamed: list[str] = []
+        is_looping_reply = False
         try:
             generation = await run_sync(model.open, prompt, schema, settings)
             while (piece := await run_sync(generation.next_piece)) is not None:
@@ -243,6 +261,9 @@ class LocalModel(Model):
                 if text:
                     streamed.append(text)
                     yield TextDelta(text)
+                if len(raw) % _LOOP_CHECK_EVERY == 0 and is_looping("".join(raw)):
+                    is_looping_reply = True
+                    break
         finally:
             if generation is not None:
                 # Shielded: a cancelled turn must still hand the model back to others.
@@ -253,18 +274,22 @@ class LocalModel(Model):
         if answer.is_answer and not may_answer:
             yield _Attempt(None, "", usage)
             return
+        is_cut_off = generation.is_truncated or is_looping_reply
+        if answer.is_answer and is_cut_off:
+            # What was sent stands (it cannot be taken back); the loop is not added.
+            yield _Attempt(FinalAnswer("".join(streamed)), "".join(streamed), usage)
+            return
         tool_names = [t.name for t in request.tools] if allow_tools else []
         try:
             reply = parse_reply("".join(raw), tool_names)
         except ReplyParseError as exc:
-            code = "max_output_tokens" if generation.is_truncated else "server_error"
-            raise ModelError(f"The local model's reply could not be read: {exc}", code=code) from exc
-        if isinstance(reply, ToolCallReply) and generation.is_truncated:
-            raise ModelError(
-                f"The local model's call to {reply.name} was cut off at "
-                f"{settings.max_tokens} tokens, so it was not used.",
-                code="max_output_tokens",
-            )
+            if is_cut_off:
+                yield _Attempt(None, "", usage, is_cut_off=True)
+                return
+            raise ModelError(f"The local model's reply could not be read: {exc}") from exc
+        if isinstance(reply, ToolCallReply) and is_cut_off:
+            yield _Attempt(None, "", usage, is_cut_off=True)
+            return
         yield _Attempt(reply, "".join(streamed), usage)
 
 
