@@ -9,7 +9,9 @@ It also loops with varying arguments: asked for "a few sample files" it wrote
 sample_file2, sample_file3, … sample_file14 under one unchanged thought. So a call that
 would be the third in a row with the same tool and the same thought is a repeat too.
 A turn with very many calls is also told to finish; that limit is a backstop well above
-what the tutorial tasks need.
+what the tutorial tasks need. Within one reply, `is_looping` spots the same text over and
+over (seen: a write_file whose content ran to the token limit), so the reply can be cut
+short instead of burning minutes of generation.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from cairn.models.base import FunctionCallInput, InputItem, MessageInput
 
-__all__ = ["CallKey", "TurnCalls", "call_key", "intent_key", "turn_calls"]
+__all__ = ["CallKey", "TurnCalls", "call_key", "intent_key", "is_looping", "turn_calls"]
 
 CallKey = tuple[str, str]
 
@@ -89,3 +91,20 @@ def turn_calls(items: Sequence[InputItem]) -> TurnCalls:
             intents.append(intent_key(item.name, thought))
         previous = item
     return TurnCalls(tuple(keys), tuple(intents))
+
+
+# A reply whose last _LOOP_SPAN characters repeat a block of at most _LOOP_PERIOD
+# characters is stuck; no file or answer the model should write looks like that.
+_LOOP_SPAN = 320
+_LOOP_PERIOD = 160
+
+
+def is_looping(text: str) -> bool:
+    """Whether `text` ends in the same block repeated over at least _LOOP_SPAN characters."""
+    if len(text) < _LOOP_SPAN:
+        return False
+    tail = text[-_LOOP_SPAN:]
+    for period in range(1, _LOOP_PERIOD + 1):
+        if tail[period:] == tail[:-period]:
+            return True
+    return False

@@ -58,7 +58,7 @@ def is_llama_cpp_installed() -> bool:
 class GenerationSettings:
     """Sampling for one reply. Low temperature: tool calls should be the likely ones."""
 
-    max_tokens: int = 1536
+    max_tokens: int = 1024
     temperature: float = 0.2
     top_p: float = 0.9
     top_k: int = 40

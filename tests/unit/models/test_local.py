@@ -217,13 +217,40 @@ async def test_without_tools_only_the_answer_is_allowed(install: Callable[..., L
     assert response.text == "Hi."
 
 
-async def test_a_tool_call_cut_off_by_the_token_limit_is_not_used(install: Callable[..., LocalModel]) -> None:
-    scripted = ScriptedModel(json.dumps({"name": "exec_command", "arguments": {"cmd": "x" * 200}}))
-    model = install(scripted, GenerationSettings(max_tokens=20))
+async def test_a_tool_call_cut_off_by_the_token_limit_is_asked_again(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_call("x" * 200), _call("ls", "Shorter."))
+    model = install(scripted, GenerationSettings(max_tokens=40))
+    deltas, response = await _collect(model, _request([MessageInput("user", "go")]))
+    assert deltas == ["Shorter."]
+    assert [c.arguments["cmd"] for c in response.tool_calls] == ["ls"]
+    assert "got stuck repeating itself" in scripted.prompts[1]
+
+
+async def test_a_call_cut_off_twice_is_not_used(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_call("x" * 200), _call("y" * 200))
+    model = install(scripted, GenerationSettings(max_tokens=40))
     with pytest.raises(ModelError) as caught:
         await _collect(model, _request([MessageInput("user", "go")]))
     assert caught.value.code == "max_output_tokens"
-    assert scripted.releases == 1
+    assert scripted.releases == 2
+
+
+async def test_a_looping_call_is_stopped_early_and_asked_again(install: Callable[..., LocalModel]) -> None:
+    looping = _call("echo " + "spam " * 400)
+    scripted = ScriptedModel(looping, _call("ls", "Shorter."))
+    _, response = await _collect(install(scripted), _request([MessageInput("user", "go")]))
+    assert [c.arguments["cmd"] for c in response.tool_calls] == ["ls"]
+    first_usage = response.usage.output_tokens - len(_pieces(_call("ls", "Shorter.")))
+    assert first_usage < len(_pieces(looping)) / 2  # cut off long before its end
+
+
+async def test_a_looping_answer_keeps_what_was_sent(install: Callable[..., LocalModel]) -> None:
+    looping = _answer("Done. " + "again " * 400)
+    scripted = ScriptedModel(looping, looping)
+    deltas, response = await _collect(install(scripted), _request([MessageInput("user", "go")]))
+    assert response.text == "".join(deltas)
+    assert response.text is not None and response.text.startswith("Done. again")
+    assert len(response.text) < 1000
 
 
 async def test_an_answer_cut_off_by_the_token_limit_keeps_what_was_said(install: Callable[..., LocalModel]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cairn.models._local_guard import call_key, intent_key, turn_calls
+from cairn.models._local_guard import call_key, intent_key, is_looping, turn_calls
 from cairn.models.base import FunctionCallInput, FunctionCallOutputInput, InputItem, MessageInput
 
 
@@ -85,3 +85,14 @@ def test_two_calls_with_the_same_intent_are_fine() -> None:
     thought = "Create a few sample files."
     calls = turn_calls([MessageInput("user", "go"), *_call("touch a", 1, thought)])
     assert not calls.is_repeat(_key("touch b"), intent_key("exec_command", thought))
+
+
+def test_a_reply_stuck_on_one_block_is_looping() -> None:
+    assert is_looping('{"content": "' + "print('x')\n" * 40)
+    assert is_looping("ab" * 200)
+    assert not is_looping("short " * 10)
+
+
+def test_ordinary_code_is_not_looping() -> None:
+    code = "\n".join(f"def f{i}(x):\n    return x + {i}" for i in range(40))
+    assert not is_looping(code)
