@@ -67,7 +67,7 @@ class _CheckedSampler:
 
     def _sample_allowed(self, ctx: Any, idx: int) -> int:
         """Apply the grammar to the whole vocabulary, then choose among what it allows."""
-        import numpy as np
+        import numpy as np  # type: ignore[import-not-found,unused-ignore]
 
         logits = self._lib.llama_get_logits_ith(ctx.ctx, idx)
         cells: Any = (self._lib.llama_token_data * self._n_vocab)()
