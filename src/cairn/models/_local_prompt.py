@@ -54,12 +54,37 @@ _RULES = """\
 - Do every part of the request, one tool call at a time, in the order asked.
 - A file you are asked to create does not exist yet: write it before you run it.
 - To create or change a file, write its complete new content in one call.
-- A file tool only stores the text you give it and runs nothing. Commands (mkdir, cp, \
-python3, ...) run only through the shell tool, and never go into a file's content.
+{tool_roles}
 - After writing a program, run it and read the output. If it fails, fix the file and run it again.
 - Never repeat a call you already made with the same arguments: its result is above.
 - Reply with final_answer only when every part of the request is done: say briefly what you \
 did and quote the actual output you saw."""
+
+
+def _tool_roles(tools: Sequence[ToolSpec]) -> str:
+    """The rule that keeps commands out of files, naming the tools that play each part.
+
+    Measured: the model wrote `mkdir …` and `cp …` into files with the file-writing tool
+    (so the "copied" script was the text of a cp command) while a general rule about "the
+    shell tool" was in its prompt. The parts are read from the tools' parameters (one
+    takes a command, one a path and content), so no tool name is assumed.
+    """
+
+    def names(*keys: str) -> list[str]:
+        found = []
+        for tool in tools:
+            properties = set((tool.parameters.get("properties") or {}).keys())
+            if set(keys) <= properties or (keys == ("command",) and "cmd" in properties):
+                found.append(tool.name)
+        return found
+
+    runners, writers = names("command"), names("path", "content")
+    if runners and writers:
+        return (
+            f"- {' and '.join(writers)} only saves the text you give it into a file; it never runs "
+            f"anything. Every command (mkdir, cp, python3, ...) must be run with {runners[0]}."
+        )
+    return "- A file's content is never a list of commands to run: run commands with a tool that runs them."
 
 
 def _type_name(schema: Any) -> str:
@@ -130,7 +155,7 @@ def render_prompt(request: ModelRequest, *, reminder: str | None = None) -> str:
     system_parts = [instructions, _FORMAT]
     if request.tools:
         system_parts.append(render_tools(request.tools))
-    system_parts.append(_RULES)
+    system_parts.append(_RULES.format(tool_roles=_tool_roles(request.tools)))
     parts = [_message("system", "\n\n".join(system_parts))]
     items = list(request.input)
     for index, item in enumerate(items):

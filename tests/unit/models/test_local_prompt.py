@@ -134,3 +134,20 @@ def test_the_check_reminder_repeats_the_request_and_summarizes_the_turns_calls()
 def test_the_check_reminder_before_any_call() -> None:
     reminder = render_check_reminder(_request([MessageInput("user", "Do it.")]))
     assert "so far:\n- none yet\n" in reminder
+
+
+def test_the_rules_name_the_tool_that_runs_commands_and_the_one_that_writes_files() -> None:
+    shell = ToolSpec("shell", "Run.", {"type": "object", "properties": {"command": {"type": "string"}}}, "workspace")
+    write = ToolSpec(
+        "write_file", "Write.", {"type": "object", "properties": {"path": {}, "content": {}}}, "workspace"
+    )
+    request = ModelRequest("s", "t", 1, 0, "local:x", None, [MessageInput("user", "x")], [shell, write])
+    assert (
+        "- write_file only saves the text you give it into a file; it never runs anything. "
+        "Every command (mkdir, cp, python3, ...) must be run with shell." in render_prompt(request)
+    )
+
+
+def test_without_both_kinds_of_tool_the_rule_stays_general() -> None:
+    prompt = render_prompt(_request([MessageInput("user", "x")]))  # exec_command only
+    assert "A file's content is never a list of commands to run" in prompt
