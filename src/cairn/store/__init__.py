@@ -1,1 +1,1 @@
-"""store package."""
+"""Storage: one SQLAlchemy Core schema and its queries for SQLite and PostgreSQL, with migrations."""
