@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from cairn.models import _local_guard as _guard
 from cairn.models._local_guard import call_key, intent_key, is_looping, turn_calls
 from cairn.models.base import FunctionCallInput, FunctionCallOutputInput, InputItem, MessageInput
 
@@ -94,5 +97,10 @@ def test_a_reply_stuck_on_one_block_is_looping() -> None:
 
 
 def test_ordinary_code_is_not_looping() -> None:
-    code = "\n".join(f"def f{i}(x):\n    return x + {i}" for i in range(40))
+    code = Path(__file__).read_text()  # this module: repetitive test code, but no loop
     assert not is_looping(code)
+    assert not is_looping(Path(_guard.__file__).read_text())
+
+
+def test_counting_up_is_looping() -> None:
+    assert is_looping("".join(f"    demo/folder{i}\n" for i in range(1, 40)))
