@@ -1,7 +1,7 @@
 """Workspace snapshot benchmark: Cairn against the OpenAI Agents SDK (openai-agents 0.24), same run.
 
 Builds the issue-4 workspace (2,000 random files of 1-8 KiB in 20 directories + 3 x 50 MiB =
-158.9 MiB), then measures, best of N with the page cache warm for everyone:
+158.9 MiB), then measures, N rounds each (median and best reported) with the page cache warm for everyone:
 
   SDK     LocalSnapshot persist (`session.stop()`, includes its fingerprint helper),
           its fingerprint alone, restore (`start()` of a resumed session, workspace missing)
@@ -19,6 +19,7 @@ import argparse
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -111,6 +112,10 @@ class Measurement:
     @property
     def best(self) -> float:
         return min(self.seconds)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
 
 
 async def measure(
@@ -249,28 +254,29 @@ def _lifecycle(store: ContentAddressedSnapshotStore, workspace: Path, state: Pat
 
 def report(total: int, rows: list[Measurement]) -> None:
     by_name = {row.name: row for row in rows}
-    print(f"\nworkspace: 2,003 files, {total / MIB:.1f} MiB; best of N (all rounds in brackets)\n")
-    print(f"{'operation':<46} {'best s':>8} {'MB/s':>8} {'peak MiB':>9}  rounds")
+    print(f"\nworkspace: 2,003 files, {total / MIB:.1f} MiB; median and best of N (all rounds in brackets)\n")
+    print(f"{'operation':<46} {'median s':>8} {'best s':>8} {'MB/s':>8} {'peak MiB':>9}  rounds")
     for row in rows:
-        rate = total / 1e6 / row.best if row.best else 0.0
+        rate = total / 1e6 / row.median if row.median else 0.0
         rounds = ", ".join(f"{value:.3f}" for value in row.seconds)
         peak = f"{row.peak_mib:9.1f}" if row.note != "subprocess" else f"{'-':>9}"
-        print(f"{row.name:<46} {row.best:8.3f} {rate:8.0f} {peak}  [{rounds}]")
-    sdk_persist = by_name["SDK persist (LocalSnapshot, stop)"].best
-    sdk_restore = by_name["SDK restore (start, workspace empty)"].best
+        print(f"{row.name:<46} {row.median:8.3f} {row.best:8.3f} {rate:8.0f} {peak}  [{rounds}]")
+    # Targets are checked on medians: on a shared machine the best round is mostly luck.
+    sdk_persist = by_name["SDK persist (LocalSnapshot, stop)"].median
+    sdk_restore = by_name["SDK restore (start, workspace empty)"].median
     cold = by_name["Cairn persist, cold (empty store)"]
     incremental = by_name["Cairn persist, one small file changed"]
     restore = by_name["Cairn restore (workspace empty, verified)"]
     skip = by_name["Cairn start, unchanged -> reuse (skip check)"]
     cairn_peak = max(cold.peak_mib, incremental.peak_mib, restore.peak_mib, skip.peak_mib)
     checks = [
-        ("persist speedup vs SDK", sdk_persist / cold.best, f">= {TARGETS['persist_speedup']}x",
-         sdk_persist / cold.best >= TARGETS["persist_speedup"]),
-        ("incremental persist", incremental.best, f"< {TARGETS['incremental_s']} s",
-         incremental.best < TARGETS["incremental_s"]),
-        ("skip check", skip.best, f"< {TARGETS['skip_s']} s", skip.best < TARGETS["skip_s"]),
-        ("restore speedup vs SDK", sdk_restore / restore.best, f">= {TARGETS['restore_speedup']}x",
-         sdk_restore / restore.best >= TARGETS["restore_speedup"]),
+        ("persist speedup vs SDK", sdk_persist / cold.median, f">= {TARGETS['persist_speedup']}x",
+         sdk_persist / cold.median >= TARGETS["persist_speedup"]),
+        ("incremental persist", incremental.median, f"< {TARGETS['incremental_s']} s",
+         incremental.median < TARGETS["incremental_s"]),
+        ("skip check", skip.median, f"< {TARGETS['skip_s']} s", skip.median < TARGETS["skip_s"]),
+        ("restore speedup vs SDK", sdk_restore / restore.median, f">= {TARGETS['restore_speedup']}x",
+         sdk_restore / restore.median >= TARGETS["restore_speedup"]),
         ("Cairn peak memory above baseline (MiB)", cairn_peak, f"< {TARGETS['peak_mib']}",
          cairn_peak < TARGETS["peak_mib"]),
     ]

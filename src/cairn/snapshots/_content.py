@@ -13,7 +13,15 @@ from collections.abc import Iterator
 
 from cairn.snapshots.scan import ScannedEntry
 
-__all__ = ["CHUNK_SIZE", "hash_stored_content", "iter_stored_content", "open_for_read", "stored_length"]
+__all__ = [
+    "CHUNK_SIZE",
+    "hash_stored_content",
+    "iter_stored_content",
+    "iter_stored_content_into",
+    "open_for_read",
+    "read_small_content",
+    "stored_length",
+]
 
 CHUNK_SIZE = 4 * 1024 * 1024
 
@@ -40,6 +48,32 @@ def iter_stored_content(fd: int, entry: ScannedEntry) -> Iterator[bytes]:
                 raise EOFError(f"{entry.path!r} shrank while it was being read")
             position += len(chunk)
             yield chunk
+
+
+def iter_stored_content_into(fd: int, entry: ScannedEntry, buffer: bytearray) -> Iterator[memoryview]:
+    """Like `iter_stored_content`, but every chunk is a view of `buffer`, valid until the next one.
+
+    Reusing one buffer avoids allocating (and page-faulting) a fresh chunk per read.
+    """
+    extents = entry.extents if entry.extents is not None else ((0, entry.size),)
+    whole = memoryview(buffer)
+    for offset, length in extents:
+        position, end = offset, offset + length
+        while position < end:
+            count = os.preadv(fd, [whole[: min(len(buffer), end - position)]], position)
+            if not count:
+                raise EOFError(f"{entry.path!r} shrank while it was being read")
+            position += count
+            yield whole[:count]
+
+
+def read_small_content(fd: int, entry: ScannedEntry) -> bytes:
+    """The whole blob of a small file in one piece (dense files: usually one read call)."""
+    if entry.extents is None:
+        data = os.pread(fd, entry.size, 0)
+        if len(data) == entry.size:
+            return data
+    return b"".join(iter_stored_content(fd, entry))
 
 
 def hash_stored_content(path: str, entry: ScannedEntry) -> str:

@@ -106,6 +106,23 @@ class ContentAddressedSnapshotStore(SnapshotStore):
                 continue  # removed by retention between the listing and the read
         return sorted(snapshots, key=lambda snapshot: snapshot.snapshot_id)
 
+    async def latest(self, scope: SnapshotScope) -> SnapshotInfo | None:
+        return await run_sync(self._latest_sync, scope)
+
+    def _latest_sync(self, scope: SnapshotScope) -> SnapshotInfo | None:
+        # Ids sort by creation time, so only the newest header needs reading (the skip check
+        # runs this on every start; a long-lived session has many snapshots).
+        keys = sorted(
+            (info.key for info in self.objects.list(layout.session_prefix(scope)) if info.key.endswith(layout.HEADER_SUFFIX)),
+            reverse=True,
+        )
+        for key in keys:
+            try:
+                return parse_header(self.objects.get_bytes(key), key)
+            except ObjectMissingError:
+                continue  # removed by retention between the listing and the read
+        return None
+
     async def get_snapshot(self, scope: SnapshotScope, snapshot_id: SnapshotId) -> SnapshotInfo:
         snapshot_id = parse_snapshot_id(snapshot_id)
         key = layout.header_key(scope, snapshot_id)

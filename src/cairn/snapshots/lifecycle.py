@@ -110,6 +110,7 @@ class WorkspaceLifecycle:
         self._state = LifecycleState.NEW
         self._lock = anyio.Lock()
         self._stat_cache = StatCache()
+        self._saved: workspace_state.CachedFingerprint | None = None
         self._snapshot_id: SnapshotId | None = None
 
     @property
@@ -131,6 +132,7 @@ class WorkspaceLifecycle:
             cached = await run_sync(workspace_state.load_best_effort, self.state_path)
             if cached is not None:
                 self._stat_cache = cached.stat_cache
+            self._saved = cached
             target = await self._target(snapshot_id)
             if target is None:
                 await run_sync(self.workspace.mkdir, parents=True, exist_ok=True)
@@ -143,6 +145,7 @@ class WorkspaceLifecycle:
                 # Drop the cache before touching the workspace: if the restore dies half-way,
                 # nothing claims that the workspace still matches a snapshot.
                 await run_sync(workspace_state.drop_best_effort, self.state_path)
+                self._saved = None
                 restored = await self.store.restore(
                     self.scope,
                     self.workspace,
@@ -158,28 +161,32 @@ class WorkspaceLifecycle:
     async def _target(self, snapshot_id: SnapshotId | None) -> SnapshotInfo | None:
         if snapshot_id is not None:
             return await self.store.get_snapshot(self.scope, snapshot_id)
-        if not await self.store.restorable(self.scope):
-            return None
+        # `latest` is None exactly when nothing is restorable (the no-op store lists nothing).
         return await self.store.latest(self.scope)
 
     async def _is_current(self, target: SnapshotInfo) -> bool:
         if target.fingerprint_version != FINGERPRINT_VERSION or target.manifest_digest != self.manifest_digest:
             return False
-        if not await run_sync(self.workspace.is_dir):
-            return False
         try:
-            live, refreshed = await run_sync(
-                fingerprint_workspace, self.workspace, self.exclusions, self._stat_cache, self.manifest_digest
-            )
+            # One worker-thread hop for the whole check: on a busy host each hop costs milliseconds.
+            fingerprinted = await run_sync(self._live_fingerprint)
         except (CairnError, OSError) as error:
             logger.warning(
                 "session %s: live fingerprint failed (%s); restoring instead of reusing", self.scope.session_id, error
             )
             return False
+        if fingerprinted is None:
+            return False
+        live, refreshed = fingerprinted
         if live != target.fingerprint:
             return False
         await self._remember(target, refreshed)
         return True
+
+    def _live_fingerprint(self) -> tuple[str, StatCache] | None:
+        if not self.workspace.is_dir():
+            return None
+        return fingerprint_workspace(self.workspace, self.exclusions, self._stat_cache, self.manifest_digest)
 
     async def _remember(self, snapshot: SnapshotInfo, stat_cache: StatCache) -> None:
         self._stat_cache = stat_cache
@@ -191,7 +198,10 @@ class WorkspaceLifecycle:
             manifest_digest=snapshot.manifest_digest,
             stat_cache=stat_cache,
         )
+        if cached == self._saved:
+            return  # an unchanged workspace reused: the file on disk already says exactly this
         await run_sync(workspace_state.save_best_effort, self.state_path, cached)
+        self._saved = cached
 
     async def stop(self, *, progress: Progress | None = None) -> StopResult:
         """Persist the workspace as a new snapshot. Only persists: nothing is released."""
@@ -212,11 +222,13 @@ class WorkspaceLifecycle:
             except BaseException as error:
                 self._stat_cache = StatCache()
                 await run_sync(workspace_state.drop_best_effort, self.state_path)
+                self._saved = None
                 if isinstance(error, Exception) and not isinstance(error, PersistFailedError):
                     raise PersistFailedError(f"persist failed: {error}") from error
                 raise
             if result is None:
                 await run_sync(workspace_state.drop_best_effort, self.state_path)
+                self._saved = None
                 self._state = LifecycleState.STOPPED
                 return StopResult(snapshot=None, duration_s=time.monotonic() - began)
             await self._remember(result.snapshot, result.stat_cache)

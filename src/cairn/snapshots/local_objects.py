@@ -9,13 +9,14 @@ state or the whole new object (design invariant 7). Temporary files are never li
 from __future__ import annotations
 
 import errno
+import io
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, NoReturn
 
-from cairn.snapshots._fsutil import TEMP_MARKER, fsync_dir, make_dirs_durable, temp_name_for
+from cairn.snapshots._fsutil import TEMP_MARKER, fsync_dir, make_dirs_durable, start_writeback, temp_name_for
 from cairn.snapshots.errors import ObjectMissingError, SnapshotStoreUnavailableError
 from cairn.snapshots.objects import ObjectInfo, ObjectReader, ObjectStore, ObjectWriter
 
@@ -31,11 +32,16 @@ def _raise_unavailable(action: str, key: str, error: OSError) -> NoReturn:
     ) from error
 
 
+# Start writing a pack to disk every this many bytes (see `start_writeback`).
+_WRITEBACK_STEP = 8 * 1024 * 1024
+
+
 class _LocalWriter(ObjectWriter):
     def __init__(self, path: Path, key: str) -> None:
         super().__init__()
         self._path = path
         self._key = key
+        self._written_back = 0
         self._temp = temp_name_for(path)
         try:
             make_dirs_durable(path.parent)
@@ -46,6 +52,11 @@ class _LocalWriter(ObjectWriter):
     def _write(self, data: bytes | memoryview) -> None:
         try:
             self._handle.write(data)
+            end = self.size + len(data)
+            if end - self._written_back >= _WRITEBACK_STEP:
+                self._handle.flush()
+                start_writeback(self._handle.fileno(), self._written_back, end - self._written_back)
+                self._written_back = end
         except OSError as error:
             self._abort()
             _raise_unavailable("write", self._key, error)
@@ -69,7 +80,7 @@ class _LocalWriter(ObjectWriter):
 class _RangeReader:
     """Reads at most `remaining` bytes of an open file; `remaining < 0` means to the end."""
 
-    def __init__(self, handle: BinaryIO, remaining: int) -> None:
+    def __init__(self, handle: io.BufferedReader, remaining: int) -> None:
         self._handle = handle
         self._remaining = remaining
 
@@ -81,6 +92,15 @@ class _RangeReader:
         data = self._handle.read(size)
         self._remaining -= len(data)
         return data
+
+    def readinto(self, buffer: memoryview, /) -> int:
+        """Like `read(len(buffer))` into a caller's buffer, so big copies reuse one allocation."""
+        if 0 <= self._remaining < len(buffer):
+            buffer = buffer[: self._remaining]
+        count = self._handle.readinto(buffer)
+        if self._remaining >= 0:
+            self._remaining -= count
+        return count
 
     def close(self) -> None:
         self._handle.close()

@@ -51,7 +51,8 @@ class PackWriter:
         offset, length = self._blob_start, self._writer.size - self._blob_start
         self._blobs.append((digest, offset, length))
         self._blob_start = self._writer.size
-        return BlobLocation(digest=digest, pack=self.pack_id, offset=offset, length=length)
+        # model_construct: offsets come from this writer's own byte count, nothing to validate.
+        return BlobLocation.model_construct(digest=digest, pack=self.pack_id, offset=offset, length=length)
 
     def commit(self) -> PackIndex:
         index = PackIndex(pack_id=self.pack_id, pack_bytes=self._writer.size, blobs=tuple(self._blobs))
@@ -131,10 +132,14 @@ class BlobIndex:
             self._active = active
 
     def _add(self, index: PackIndex) -> None:
+        pack_id = index.pack_id
+        locations = self._locations
         for digest, offset, length in index.blobs:
-            self._locations.setdefault(
-                digest, BlobLocation(digest=digest, pack=index.pack_id, offset=offset, length=length)
-            )
+            if digest not in locations:
+                # model_construct: the pack index was validated when it was read or written.
+                locations[digest] = BlobLocation.model_construct(
+                    digest=digest, pack=pack_id, offset=offset, length=length
+                )
 
     def get(self, digest: str) -> BlobLocation | None:
         with self._lock:

@@ -40,6 +40,11 @@ class StatCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StatCache) and self._entries == other._entries
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking contents; never a dict key
+
     def lookup(self, path: str, key: StatKey) -> str | None:
         cached = self._entries.get(path)
         if cached is None or cached[0] != key:
