@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cairn.models._local_reply import FinalAnswer, ToolCallReply, render_reply
+from cairn.models._local_reply import FinalAnswer, ToolCallReply, offered_properties, render_reply
 from cairn.models.base import (
     FunctionCallInput,
     FunctionCallOutputInput,
@@ -98,7 +98,7 @@ def _type_name(schema: Any) -> str:
 
 
 def _describe_parameters(parameters: Mapping[str, Any]) -> list[str]:
-    properties: Mapping[str, Any] = parameters.get("properties") or {}
+    properties = offered_properties(parameters)
     required = set(parameters.get("required") or ())
     lines: list[str] = []
     for name, schema in properties.items():

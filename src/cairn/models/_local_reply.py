@@ -60,6 +60,19 @@ class ReplyParseError(ValueError):
     """The model's output is not a reply in the expected format, even read leniently."""
 
 
+def offered_properties(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments the model may give: the required ones, when the tool says which.
+
+    Optional arguments are left to their defaults. Offered them, the model filled in
+    `timeout_ms` on most shell calls, once with 0, which the tool rejected.
+    """
+    properties = dict(parameters.get("properties") or {})
+    if "required" not in parameters:
+        return properties
+    required = set(parameters["required"])
+    return {name: schema for name, schema in properties.items() if name in required}
+
+
 def _object_schema(parameters: Mapping[str, Any]) -> dict[str, Any]:
     """A tool's parameters, closed to extra keys unless the tool says otherwise.
 
@@ -67,7 +80,7 @@ def _object_schema(parameters: Mapping[str, Any]) -> dict[str, Any]:
     """
     schema = dict(parameters) if parameters else {}
     schema.setdefault("type", "object")
-    schema.setdefault("properties", {})
+    schema["properties"] = offered_properties(schema)
     schema.setdefault("additionalProperties", False)
     return schema
 

@@ -38,8 +38,10 @@ def test_tools_are_described_with_their_arguments() -> None:
     text = render_tools([EXEC])
     assert "## exec_command\nRun a shell command in the workspace." in text
     assert "- cmd (string, required): the command line" in text
-    assert "- timeout_s (integer, optional)" in text
-    assert '- mode ("fast" | "safe", optional)' in text
+    assert "timeout_s" not in text  # optional arguments are left to their defaults
+    assert "mode" not in text
+    no_required = ToolSpec("t", "d", {"type": "object", "properties": {"mode": {"enum": ["a", "b"]}}}, "client")
+    assert '- mode ("a" | "b", optional)' in render_tools([no_required])
 
 
 def test_prompt_is_chatml_ending_at_the_assistant_reply() -> None:

@@ -166,3 +166,15 @@ def test_render_reply_round_trips(reply: FinalAnswer | ToolCallReply) -> None:
 def test_accepts_raw_newlines_inside_strings_which_the_grammar_allows() -> None:
     raw = '{"name": "write_file", "arguments": {"path": "t.py", "content": "import os\n\tprint(1)\n"}}'
     assert parse_reply(raw, NAMES) == ToolCallReply("write_file", {"path": "t.py", "content": "import os\n\tprint(1)\n"})
+
+
+def test_optional_arguments_are_left_out_of_the_grammar() -> None:
+    tool = ToolSpec(
+        "shell",
+        "d",
+        {"type": "object", "properties": {"command": {"type": "string"}, "timeout_ms": {"type": "integer"}}, "required": ["command"]},
+        "workspace",
+    )
+    arguments = reply_schema([tool])["oneOf"][0]["properties"]["arguments"]
+    assert list(arguments["properties"]) == ["command"]
+    assert arguments["required"] == ["command"]
