@@ -138,9 +138,10 @@ class TurnRunner:
         async with self.rt.db.read() as conn:
             turn = await get_turn(conn, job.turn_id)
             session = await get_session(conn, job.session_id)
-        if turn is None or session is None or turn.status not in ("queued", "in_progress") or turn.cancel_requested:
+        if not _is_runnable(turn, session):
             await self._settle_unrunnable(job)
             return None
+        assert turn is not None and session is not None
         try:
             model = self.rt.resolve_model(session.agent["model"])
         except CairnError as exc:
@@ -155,9 +156,10 @@ class TurnRunner:
         async with self.journal.transaction(job.session_id) as tx:
             turn = await get_turn(tx.conn, job.turn_id)
             session = await get_session(tx.conn, job.session_id)
-            if turn is None or session is None or turn.status not in ("queued", "in_progress") or turn.cancel_requested:
+            if not _is_runnable(turn, session):
                 unrunnable = True
             else:
+                assert turn is not None and session is not None
                 unrunnable = False
                 if turn.status == "queued":
                     turn = await self._start(tx, turn, session, job)
@@ -544,6 +546,13 @@ class TurnRunner:
             done = await update_item(tx.conn, item.id, status=status, data=data)
             tx.emit(item_event("done", done, done.output_index))
             ctx.remember(done)
+
+
+def _is_runnable(turn: TurnRecord | None, session: SessionRecord | None) -> bool:
+    """The turn exists, is queued or running, and nobody asked to cancel it."""
+    return (
+        turn is not None and session is not None and turn.status in ("queued", "in_progress") and not turn.cancel_requested
+    )
 
 
 def _decode_arguments(raw: Any) -> Mapping[str, Any]:
