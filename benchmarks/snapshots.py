@@ -9,7 +9,8 @@ Builds the issue-4 workspace (2,000 random files of 1-8 KiB in 20 directories + 
           (workspace missing), and the "unchanged, skip restore" check (`start()` -> reused)
   disk    `tar -cf` of the tree and a raw read of every file (`cat > /dev/null`)
 
-and the peak RSS above the pre-operation baseline (sampled every 2 ms). Not part of the test
+and the peak RSS above the pre-operation baseline (sampled every 2 ms). Dirty pages are flushed
+(`sync`) before every timed round of every contender, outside the timing. Not part of the test
 run; needs the bench extra: `scripts/bootstrap bench && .venv/bin/python benchmarks/snapshots.py`.
 """
 
@@ -118,6 +119,16 @@ class Measurement:
         return statistics.median(self.seconds)
 
 
+def settle_disk() -> None:
+    """Flush dirty pages before every timed round, for every contender alike.
+
+    Otherwise a round pays for the writeback (and, with `-o discard`, the discards) of the
+    hundreds of megabytes the previous rounds wrote and deleted: noise that only operations
+    which fsync (Cairn's persist) or create many files wait for.
+    """
+    os.sync()
+
+
 async def measure(
     name: str,
     rounds: int,
@@ -130,6 +141,7 @@ async def measure(
     for _ in range(rounds):
         if prepare is not None:
             await prepare()
+        settle_disk()
         with PeakRss() as rss:
             began = time.perf_counter()
             await operation()
@@ -141,6 +153,7 @@ async def measure(
 def timed_command(name: str, rounds: int, command: str, cwd: Path) -> Measurement:
     times = []
     for _ in range(rounds):
+        settle_disk()
         began = time.perf_counter()
         subprocess.run(command, shell=True, check=True, cwd=cwd)
         times.append(time.perf_counter() - began)
