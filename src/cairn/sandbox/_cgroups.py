@@ -13,6 +13,13 @@ Found once per backend (`discover_cgroups`), per controller, in this order of pr
 A v2 leaf is also used with no controller at all when no v1 hierarchy can track a
 command's processes, for `cgroup.kill` alone. Each command gets fresh leaves, joined by its
 launcher before the sandbox starts, so every process it creates is counted and killable.
+
+The launcher joins a v1 leaf by writing "0" to its `tasks` file, not its pid to
+`cgroup.procs`: for the single-threaded launcher both move the whole process, but only
+moving the calling thread skips the kernel's global `cgroup_threadgroup_rwsem` write lock,
+whose RCU grace period cost ~12-15 ms per command on the reference host whenever commands
+were not back to back (Linux >= 6.1; older kernels take the lock either way). v2 allows
+that only within a threaded subtree, so a v2 leaf is joined through `cgroup.procs`.
 """
 
 from __future__ import annotations
@@ -271,8 +278,15 @@ class CommandCgroup:
 
     @property
     def procs_files(self) -> list[Path]:
-        """The files the launcher writes its pid into, before it execs the sandbox."""
+        """Each leaf's `cgroup.procs`: the processes in it."""
         return [leaf / "cgroup.procs" for leaf in self._leaves]
+
+    @property
+    def join_files(self) -> list[Path]:
+        """The files the single-threaded launcher writes "0" into to join every leaf, before
+        it execs the sandbox (v1 `tasks`: see the module docstring)."""
+        v2 = [self._v2_leaf / "cgroup.procs"] if self._v2_leaf is not None else []
+        return [*v2, *(leaf / "tasks" for leaf in self._v1_leaves)]
 
     def kill(self) -> int:
         """SIGKILL every member until the cgroups are empty; return how many there were.

@@ -35,9 +35,9 @@ class CommandContainment:
     rlimits: RlimitPlan
 
     @property
-    def cgroup_procs(self) -> list[str]:
-        """The `cgroup.procs` files the launcher writes its pid into."""
-        return [str(path) for path in self.cgroup.procs_files] if self.cgroup is not None else []
+    def cgroup_join(self) -> list[str]:
+        """The files the launcher writes "0" into to join the command's cgroups."""
+        return [str(path) for path in self.cgroup.join_files] if self.cgroup is not None else []
 
     async def reap_leftovers(self) -> None:
         """Kill every process still in the command's cgroups."""

@@ -97,7 +97,7 @@ class LaunchedBackend(SandboxBackend):
             "env": env,
             "cwd": cwd,
             "workspace": str(request.workspace),
-            "cgroup_procs": contained.cgroup_procs,
+            "cgroup_join": contained.cgroup_join,
             "rlimits": contained.rlimits.values,
             "user": None if self._account is None else (self._account.uid, self._account.gid),
             "network": request.network,

@@ -10,6 +10,7 @@ host where it is writable.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,7 @@ def test_v2_leaf_gets_the_limits_and_is_killed_through_cgroup_kill(
     host = discover_cgroups(mountinfo=mountinfo, cgroup_file=own)
     cgroup = CommandCgroup.create(host, ResourceLimits(memory_bytes=64 << 20, max_processes=32))
     [procs] = cgroup.procs_files
+    assert cgroup.join_files == [procs]  # v2 joins through cgroup.procs (not threaded)
     leaf = procs.parent
     assert leaf.parent == cairn and leaf.name.startswith(f"cmd-{os.getpid()}-")
     assert (leaf / "memory.max").read_text() == str(64 << 20)
@@ -107,6 +109,36 @@ def test_no_cgroups_at_all_falls_back_to_rlimits(tmp_path: Path) -> None:
     assert report["background_processes"].startswith("NOT all found")
     namespaced = Containment(cgroups=host, nproc_counts=True, pid_namespace=True)
     assert "pid namespace" in namespaced.limits_in_force()["background_processes"]
+
+
+def test_real_host_v1_leaves_are_joined_through_tasks_and_killed() -> None:
+    host = discover_cgroups()
+    if not host.v1:
+        pytest.skip(f"no writable cgroup v1 hierarchy here: {host.describe()}")
+    cgroup = CommandCgroup.create(host, ResourceLimits())
+    try:
+        assert [path.name for path in cgroup.join_files] == ["tasks"] * len(host.v1)
+        ready_read, ready_write = os.pipe()
+        child = os.fork()
+        if child == 0:  # single-threaded, like the launcher: "0" moves the whole process
+            try:
+                for join in cgroup.join_files:
+                    join.write_text("0")
+                os.write(ready_write, b"x")
+                time.sleep(60)  # until killed
+            finally:
+                os._exit(1)
+        os.close(ready_write)
+        assert os.read(ready_read, 1) == b"x"
+        os.close(ready_read)
+        own = Path(f"/proc/{child}/cgroup").read_text()
+        for join in cgroup.join_files:
+            assert f"/{join.parent.name}\n" in own
+        assert cgroup.kill() >= 1  # counted again if still exiting at the next look
+        assert os.waitpid(child, 0)[1] != 0
+    finally:
+        cgroup.dispose()
+    assert not any(join.parent.exists() for join in cgroup.join_files)
 
 
 def test_real_host_cgroups_and_stale_leaves_of_dead_servers() -> None:

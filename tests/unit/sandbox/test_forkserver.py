@@ -24,7 +24,7 @@ def plain(command: str) -> LaunchSpec:
     """A spec with no confinement at all: the fork server's own mechanics only."""
     return {
         "argv": ["/bin/sh", "-c", command], "env": {"PATH": DEFAULT_PATH}, "cwd": "/",
-        "workspace": "/", "cgroup_procs": [], "rlimits": [], "user": None, "network": True,
+        "workspace": "/", "cgroup_join": [], "rlimits": [], "user": None, "network": True,
         "seccomp": False, "rootfs": None, "landlock": None,
     }
 

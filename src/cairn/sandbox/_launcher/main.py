@@ -53,10 +53,11 @@ def run(spec: LaunchSpec) -> None:
 
 
 def _contain(spec: LaunchSpec) -> None:
-    pid = str(os.getpid())
-    for procs in spec["cgroup_procs"]:
-        with open(procs, "w") as joined:
-            joined.write(pid)
+    # "0" is the writer itself: this process, which is single-threaded, so joining through a
+    # v1 `tasks` file moves all of it (and skips a global lock: `_cgroups.py`).
+    for join in spec["cgroup_join"]:
+        with open(join, "w") as joined:
+            joined.write("0")
     for kind, value in spec["rlimits"]:
         resource.setrlimit(kind, (value, value))
 

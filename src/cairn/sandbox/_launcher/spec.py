@@ -35,7 +35,7 @@ if TYPE_CHECKING:
         env: dict[str, str]
         cwd: str  # as the command sees it (after any pivot_root)
         workspace: str  # host path
-        cgroup_procs: list[str]
+        cgroup_join: list[str]  # v1 `tasks` / v2 `cgroup.procs` files to write "0" to
         rlimits: list[tuple[int, int]]  # (resource.RLIMIT_*, soft = hard value)
         user: tuple[int, int] | None  # (uid, gid) to become; None keeps the caller's
         network: bool
