@@ -280,17 +280,29 @@ def _persist(objects: ObjectStore, index: BlobIndex, executor: Executor, request
     small = [entry for entry in to_store if stored_length(entry) <= SMALL_FILE_LIMIT]
     # Longest first (each large file is one sequential hash), then batches of small files fill
     # the threads in around them; every thread, this one included, works until the list is empty.
-    tasks: list[ScannedEntry | list[ScannedEntry]] = [
+    snapshot_id = new_snapshot_id()
+    opened_tree: list[ObjectWriter] = []
+
+    def open_tree() -> None:
+        # Opening the tree creates (and fsyncs) the session's directories when they are new:
+        # I/O waits that overlap with the hashing as a task instead of adding to the end.
+        opened_tree.append(objects.open_writer(layout.tree_key(scope, snapshot_id)))
+
+    tasks: list[Callable[[], None] | ScannedEntry | list[ScannedEntry]] = [
+        open_tree,
         *large,
         *(small[start : start + _SMALL_BATCH] for start in range(0, len(small), _SMALL_BATCH)),
     ]
     locations_lock = threading.Lock()
 
-    def store(task: ScannedEntry | list[ScannedEntry], lane: _Lane) -> None:
+    def store(task: Callable[[], None] | ScannedEntry | list[ScannedEntry], lane: _Lane) -> None:
         if isinstance(task, list):
             stored = list(zip(task, storer.store_small_batch(root, task, lane.number), strict=True))
-        else:
+        elif isinstance(task, ScannedEntry):
             stored = [(task, storer.store_large(os.path.join(root, task.path), task, lane.buffer))]
+        else:
+            task()
+            return
         with locations_lock:
             for entry, location in stored:
                 locations[entry.path] = location
@@ -306,12 +318,13 @@ def _persist(objects: ObjectStore, index: BlobIndex, executor: Executor, request
         storer.finish()
     except BaseException:
         storer.abort()
+        for writer in opened_tree:
+            writer.abort()
         raise
 
-    snapshot_id = new_snapshot_id()
     tree_digest = hashlib.sha256()
     file_count = total_bytes = 0
-    with objects.open_writer(layout.tree_key(scope, snapshot_id)) as tree:
+    with opened_tree[0] as tree:
         lines: list[bytes] = []
         for entry in scan.entries:
             location = locations.get(entry.path)
