@@ -34,7 +34,7 @@ from cairn.engine.notifier import Notifier
 from cairn.engine.runtime import Runtime
 from cairn.engine.sessions import SessionService
 from cairn.ids import new_item_id
-from cairn.models.registry import resolve_model
+from cairn.models.registry import check_model_name, resolve_model
 from cairn.sandbox import select_backend
 from cairn.store.db import Database
 from cairn.store.migrate import check_schema
@@ -99,6 +99,7 @@ def build_runtime(settings: Settings, db: Database) -> Runtime:
         blobs=BlobStore(settings.blobs_dir),
         environments=Environments(settings.workspaces_dir, sandbox, build_snapshot_store(settings)),
         resolve_model=partial(resolve_model, settings=settings),
+        check_model=partial(check_model_name, settings=settings),
     )
 
 

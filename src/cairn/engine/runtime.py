@@ -27,3 +27,5 @@ class Runtime:
     blobs: BlobStore
     environments: Environments
     resolve_model: Callable[[str], Model]
+    # Validates a model name without creating the model (session create and update).
+    check_model: Callable[[str], None]

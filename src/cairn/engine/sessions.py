@@ -83,7 +83,7 @@ class SessionService:
 
     async def create(self, tenant: str, body: Mapping[str, Any]) -> CreatedSession:
         agent = dict(body["agent"])
-        self.rt.resolve_model(agent["model"])  # a bad model name is a 400 now, not a failed turn later
+        self.rt.check_model(agent["model"])  # a bad model name is a 400 now, not a failed turn later
         _check_tool_names(agent)
         environment = dict(body["environment"])
         inline_files = decode_inline_files(environment.get("files") or [])
@@ -138,7 +138,7 @@ class SessionService:
                 agent = {**session.agent, **{k: v for k, v in body["agent"].items()}}
                 if "tools" in body["agent"] and body["agent"]["tools"] is None:
                     agent["tools"] = []
-                self.rt.resolve_model(agent["model"])
+                self.rt.check_model(agent["model"])
                 _check_tool_names(agent)
                 values["agent"] = agent
             if "metadata" in body:

@@ -24,18 +24,28 @@ def _split(name: str) -> tuple[str, str]:
 
 
 def check_model_name(name: str, settings: Settings) -> None:
-    resolve_model(name, settings)
+    """Refuse a model this server cannot run, without creating it (no clients are opened)."""
+    _resolve(name, settings, create=False)
 
 
 def resolve_model(name: str, settings: Settings) -> Model:
+    model = _resolve(name, settings, create=True)
+    assert model is not None
+    return model
+
+
+def _resolve(name: str, settings: Settings, *, create: bool) -> Model | None:
     provider, rest = _split(name)
     if not rest:
         raise InvalidRequestError(f"model name {name!r} is empty after its provider prefix", param="agent.model")
     if provider == "scripted":
-        return ScriptedModel(load_script(settings.scripts_dir, rest), name=rest)
+        script = load_script(settings.scripts_dir, rest)
+        return ScriptedModel(script, name=rest) if create else None
     if provider == "openai":
-        return _openai_model(rest, settings)
+        _require_openai_endpoint(rest, settings)
+        return _openai_model(settings) if create else None
     if provider == "local":
+        # Creating a local model opens nothing: its weights load on first use.
         return _local_model(rest, settings)
     raise InvalidRequestError(
         f"unknown model provider {provider!r} in {name!r}: use scripted:, local:, openai: or a plain model name",
@@ -43,13 +53,17 @@ def resolve_model(name: str, settings: Settings) -> Model:
     )
 
 
-def _openai_model(name: str, settings: Settings) -> Model:
+def _require_openai_endpoint(name: str, settings: Settings) -> None:
     if not settings.openai_api_key:
         raise InvalidRequestError(
             f"model {name!r} needs an OpenAI-compatible endpoint: set OPENAI_API_KEY (and OPENAI_BASE_URL "
             "for a non-OpenAI server), or use a scripted: or local: model",
             param="agent.model",
         )
+
+
+def _openai_model(settings: Settings) -> Model:
+    assert settings.openai_api_key is not None
     from cairn.models.openai import OpenAIModelConfig, create_openai_model
 
     return create_openai_model(
