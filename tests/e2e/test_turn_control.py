@@ -161,3 +161,14 @@ def test_a_graceful_shutdown_hands_the_turn_back_at_once(scripts_dir: Path) -> N
             assert http.get(f"{SESSIONS}/{session_id}/turns").json()["data"][0]["status"] == "completed"
     finally:
         remove_server(instance)
+
+
+def test_a_huge_command_output_is_capped_alike_in_the_stream_and_the_item(server: CairnServer, http: httpx.Client) -> None:
+    session_id = _start(http, "scripted:big_output", "print a lot")
+    tail = EventTail(server, session_id)
+    tail.until(lambda e: e["type"] == "agent.session.idle")
+    streamed = "".join(e["delta"] for e in tail.events if e["type"] == "agent.output.command_execution_output.delta")
+    command = next(i for i in http.get(f"{SESSIONS}/{session_id}/items").json()["data"] if i["type"] == "command_execution")
+    assert command["exit_code"] == 0
+    assert len(streamed) < 1_100_000 and "neither streamed nor stored" in streamed
+    assert command["output"].startswith(streamed.rstrip("\n")[: 1024 * 1024]) and "3000006 characters in all" in command["output"]

@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 _FLUSH_INTERVAL_S = 0.05
 _MAX_ITEM_OUTPUT = 1024 * 1024
 _MODEL_ATTEMPTS = 3
+_TRUNCATION_NOTICE = f"\n[output beyond {_MAX_ITEM_OUTPUT} characters is neither streamed nor stored]\n"
 _INTERRUPTED = "interrupted: Cairn stopped while this call ran; it may or may not have taken effect"
 
 
@@ -515,13 +516,15 @@ class TurnRunner:
             text = decoder.decode(chunk)
             if not text:
                 return
-            if size < _MAX_ITEM_OUTPUT:
-                collected.append(text[: _MAX_ITEM_OUTPUT - size])
+            # What is streamed is what is stored: up to _MAX_ITEM_OUTPUT characters, so one noisy
+            # command cannot fill the event log.
+            kept = text[: max(0, _MAX_ITEM_OUTPUT - size)]
+            if kept:
+                collected.append(kept)
+                ctx.deltas.append(_output_delta(ctx, item, kept))
+            if size < _MAX_ITEM_OUTPUT <= size + len(text):
+                ctx.deltas.append(_output_delta(ctx, item, _TRUNCATION_NOTICE))
             size += len(text)
-            ctx.deltas.append(
-                {"type": "agent.output.command_execution_output.delta", "session_id": ctx.session.id,
-                 "turn_id": ctx.turn.id, "item_id": item.id, "output_index": item.output_index, "delta": text}
-            )
 
         request = ExecRequest(command=args.command, workspace=workspace, timeout_s=timeout_s, env=env, network=network)
         try:
@@ -535,7 +538,7 @@ class TurnRunner:
             collected.append(tail)
         output = "".join(collected)
         if size > _MAX_ITEM_OUTPUT:
-            output += f"\n[output truncated: {size} characters in all]"
+            output += f"{_TRUNCATION_NOTICE}[{size} characters in all]"
         if result.timed_out:
             output += f"\n[timed out after {timeout_s:g} s]"
         data.update(output=output, exit_code=result.exit_code, duration_ms=int(result.duration_s * 1000))
@@ -546,6 +549,17 @@ class TurnRunner:
             done = await update_item(tx.conn, item.id, status=status, data=data)
             tx.emit(item_event("done", done, done.output_index))
             ctx.remember(done)
+
+
+def _output_delta(ctx: _TurnContext, item: ItemRecord, text: str) -> dict[str, Any]:
+    return {
+        "type": "agent.output.command_execution_output.delta",
+        "session_id": ctx.session.id,
+        "turn_id": ctx.turn.id,
+        "item_id": item.id,
+        "output_index": item.output_index,
+        "delta": text,
+    }
 
 
 def _is_runnable(turn: TurnRecord | None, session: SessionRecord | None) -> bool:
