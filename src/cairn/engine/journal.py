@@ -19,7 +19,7 @@ from cairn.store.db import Connection
 from cairn.engine.notifier import Notifier
 from cairn.store.db import Database
 from cairn.store.events import EventRecord, append_events
-from cairn.store.turns import TurnRecord, fence_turn
+from cairn.store.turns import fence_turn
 
 __all__ = ["JOBS_TOPIC", "SESSION_TOPIC", "Fence", "Journal", "Transaction", "wake_on_topic"]
 
@@ -46,7 +46,6 @@ class Fence:
 class Transaction:
     conn: Connection
     session_id: str
-    fenced_turn: TurnRecord | None = None
     pending: list[dict[str, Any]] = field(default_factory=list)
     appended: list[EventRecord] = field(default_factory=list)
     jobs_queued: bool = False
@@ -63,8 +62,9 @@ class Journal:
     @asynccontextmanager
     async def transaction(self, session_id: str, *, fence: Fence | None = None) -> AsyncIterator[Transaction]:
         async with self.db.write() as conn:
-            turn = await fence_turn(conn, fence.turn_id, fence.lease_token) if fence is not None else None
-            tx = Transaction(conn=conn, session_id=session_id, fenced_turn=turn)
+            if fence is not None:
+                await fence_turn(conn, fence.turn_id, fence.lease_token)
+            tx = Transaction(conn=conn, session_id=session_id)
             yield tx
             tx.appended = await append_events(conn, session_id, tx.pending)
             if tx.appended:

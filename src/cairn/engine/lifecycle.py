@@ -80,7 +80,7 @@ async def close_open_item(tx: Transaction, item: ItemRecord, note: str) -> ItemR
     data = dict(item.data)
     if item.type == "command_execution":
         data["output"] = (data.get("output") or "") + f"\n[{note}]"
-    closed = await update_item(tx.conn, item.id, status="incomplete", data=data)
+    closed = await update_item(tx.conn, item, status="incomplete", data=data)
     tx.emit(item_event("done", closed, closed.output_index))
     return closed
 

@@ -242,7 +242,7 @@ class SessionService:
             # The exact message the official client's race retry recognises (spec §6.4).
             raise InvalidRequestError(f"Unknown pending tool call: {call_id}", code="invalid_request_error", param="call_id")
         success = bool(event["success"])
-        await update_item(tx.conn, call.id, status="completed" if success else "failed", data=call.data)
+        await update_item(tx.conn, call, status="completed" if success else "failed", data=call.data)
         error = None if success else event.get("error") or "the client reported a failure"
         await add_call_output(tx, call, output=event.get("output"), error=error)
         remaining = [c for c in pending if c.call_id != call_id]

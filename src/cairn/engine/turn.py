@@ -253,7 +253,7 @@ class TurnRunner:
     async def _finish(self, ctx: _TurnContext, status: str, *, error: dict[str, str] | None = None) -> None:
         try:
             async with self._write(ctx) as tx:
-                await close_turn(tx, tx.fenced_turn or ctx.turn, status, error=error)
+                await close_turn(tx, ctx.turn, status, error=error)
                 await complete_job(tx.conn, ctx.job)
         except LeaseLostError:
             log.warning("turn %s: lease lost before it could be marked %s", ctx.turn.id, status)
@@ -328,7 +328,7 @@ class TurnRunner:
             outputs = await collect_outputs(self.rt.environments.files(session.id), self.rt.blobs, session)
         async with self._write(ctx) as tx:
             await record_outputs(tx.conn, session, ctx.turn.id, outputs)
-            await close_turn(tx, tx.fenced_turn or ctx.turn, "completed")
+            await close_turn(tx, ctx.turn, "completed")
             await complete_job(tx.conn, ctx.job)
 
     # -- one model step ---------------------------------------------------------------
@@ -402,7 +402,7 @@ class TurnRunner:
 
     async def _abandon_message(self, ctx: _TurnContext, message: ItemRecord) -> None:
         async with self._write(ctx) as tx:
-            closed = await update_item(tx.conn, message.id, status="incomplete", data=message.data)
+            closed = await update_item(tx.conn, message, status="incomplete", data=message.data)
             ctx.remember(closed)
             tx.emit(item_event("done", closed, closed.output_index))
 
@@ -421,8 +421,7 @@ class TurnRunner:
                 ctx.remember(await self._close_message(tx, message, response))
             for call in response.tool_calls:
                 await self._record_call(tx, ctx, call)
-            turn = tx.fenced_turn
-            assert turn is not None
+            turn = ctx.turn
             usage = _add_usage(turn.usage, response.usage)
             ctx.turn = await advance_step(
                 tx.conn, turn.id, step=turn.step + 1, usage=usage, next_output_index=ctx.next_output_index
@@ -433,7 +432,7 @@ class TurnRunner:
         part = {"type": "output_text", "text": text, "annotations": []}
         phase = "commentary" if response.tool_calls else "final_answer"
         closed = await update_item(
-            tx.conn, message.id, status="completed", data={"role": "assistant", "phase": phase, "content": [part]}
+            tx.conn, message, status="completed", data={"role": "assistant", "phase": phase, "content": [part]}
         )
         index = closed.output_index
         assert index is not None
@@ -490,7 +489,7 @@ class TurnRunner:
             except InvalidRequestError as exc:
                 error = exc.message
         async with self._write(ctx) as tx:
-            done = await update_item(tx.conn, item.id, status="completed" if error is None else "failed", data=item.data)
+            done = await update_item(tx.conn, item, status="completed" if error is None else "failed", data=item.data)
             tx.emit(item_event("done", done, done.output_index))
             ctx.remember(done)
             ctx.remember(await add_call_output(tx, done, output=output, error=error))
@@ -546,7 +545,7 @@ class TurnRunner:
 
     async def _close_command(self, ctx: _TurnContext, item: ItemRecord, data: dict[str, Any], status: str) -> None:
         async with self._write(ctx) as tx:
-            done = await update_item(tx.conn, item.id, status=status, data=data)
+            done = await update_item(tx.conn, item, status=status, data=data)
             tx.emit(item_event("done", done, done.output_index))
             ctx.remember(done)
 

@@ -6,6 +6,7 @@ which have their own columns; `store_item`/`item_wire` are the only translations
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -90,7 +91,6 @@ _UPDATE = (
     sa.update(items)
     .where(items.c.id == sa.bindparam("item_id"))
     .values(status=sa.bindparam("status"), data=sa.bindparam("data", type_=items.c.data.type))
-    .returning(items)
 )
 
 
@@ -100,8 +100,10 @@ async def insert_item(conn: Connection, record: ItemRecord) -> ItemRecord:
     return ItemRecord(**{**values, "position": int(position)})
 
 
-async def update_item(conn: Connection, item_id: str, *, status: str | None, data: dict[str, Any]) -> ItemRecord:
-    return _record((await conn.execute(_UPDATE, {"item_id": item_id, "status": status, "data": data})).one())
+async def update_item(conn: Connection, item: ItemRecord, *, status: str | None, data: dict[str, Any]) -> ItemRecord:
+    """Change an item's status and content; returns the updated record (no read-back needed)."""
+    await conn.execute(_UPDATE, {"item_id": item.id, "status": status, "data": data})
+    return dataclasses.replace(item, status=status, data=data)
 
 
 async def get_item(conn: Connection, item_id: str) -> ItemRecord | None:

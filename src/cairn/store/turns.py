@@ -127,13 +127,10 @@ _FENCE = (
     sa.update(turns)
     .where(turns.c.id == sa.bindparam("turn_id"), turns.c.lease_token == sa.bindparam("token"))
     .values(lease_token=sa.bindparam("token"))
-    .returning(turns)
 )
 
 
-async def fence_turn(conn: Connection, turn_id: str, lease_token: int) -> TurnRecord:
+async def fence_turn(conn: Connection, turn_id: str, lease_token: int) -> None:
     """Lock the turn for this transaction if `lease_token` still owns it, else raise."""
-    row = (await conn.execute(_FENCE, {"turn_id": turn_id, "token": lease_token})).first()
-    if row is None:
+    if (await conn.execute(_FENCE, {"turn_id": turn_id, "token": lease_token})).rowcount != 1:
         raise LeaseLostError(f"turn {turn_id} is no longer owned by lease {lease_token}")
-    return _record(row)
