@@ -64,7 +64,11 @@ _SCHEMAS: dict[str, tuple[type[_Args], str]] = {
         "Run a shell command (/bin/sh -c) in the workspace; the working directory is /workspace. "
         "Returns the exit code and combined output.",
     ),
-    "write_file": (_WriteFile, "Create or overwrite a text file in /workspace with the given content."),
+    "write_file": (
+        _WriteFile,
+        "Create or overwrite a text file in /workspace with the given content. It only saves text and runs "
+        "nothing: run commands (mkdir, cp, python3 …) with the shell tool.",
+    ),
     "read_file": (_ReadFile, "Read a text file from /workspace."),
     "apply_patch": (
         _ApplyPatch,
