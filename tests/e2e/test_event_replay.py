@@ -221,7 +221,9 @@ def test_a_stalled_subscriber_blocks_neither_the_turn_nor_others_and_gets_everyt
             stored = stored_log(sqlite_url(server), session.id)
             stalled.settimeout(30)
             buffer = b""
-            while f'"sequence_number":{len(stored)},'.encode() not in buffer:
+            last = f'"sequence_number":{len(stored)},'.encode()
+            # Read until the last stored event has arrived whole (its frame's blank line too).
+            while last not in buffer or b"\n\n" not in buffer[buffer.index(last) :]:
                 chunk = stalled.recv(1 << 20)
                 assert chunk, "the stalled stream was closed"
                 buffer += chunk
