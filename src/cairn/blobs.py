@@ -57,9 +57,3 @@ class BlobStore:
         with self.path_of(sha256).open("rb") as f:
             while chunk := f.read(_CHUNK):
                 yield chunk
-
-    def exists(self, sha256: str) -> bool:
-        return self.path_of(sha256).is_file()
-
-    def delete(self, sha256: str) -> None:
-        self.path_of(sha256).unlink(missing_ok=True)

@@ -88,9 +88,6 @@ class Environments:
         await self.sandbox.prepare_workspace(workspace)
         return workspace
 
-    def is_live(self, session_id: str) -> bool:
-        return session_id in self._live
-
     def live_sessions(self) -> list[str]:
         return list(self._live)
 

@@ -98,15 +98,11 @@ class Subscription:
 class Notifier:
     def __init__(self, *, max_buffered: int = DEFAULT_MAX_BUFFERED) -> None:
         self.max_buffered = max_buffered
-        self._sessions: dict[str, anyio.Event] = {}
         self._subscriptions: dict[str, set[Subscription]] = {}
         self._jobs = anyio.Event()
 
     def session_changed(self, session_id: str, records: Sequence[EventRecord] = ()) -> None:
         """Wake everything waiting on the session; `records` are committed events to fan out."""
-        event = self._sessions.pop(session_id, None)
-        if event is not None:
-            event.set()
         subscriptions = self._subscriptions.get(session_id)
         if not subscriptions:
             return
@@ -133,14 +129,6 @@ class Notifier:
 
     def subscriber_count(self, session_id: str) -> int:
         return len(self._subscriptions.get(session_id, ()))
-
-    async def wait_session(self, session_id: str, timeout_s: float) -> None:
-        """Return when `session_changed(session_id)` is called or `timeout_s` passes."""
-        event = self._sessions.get(session_id)
-        if event is None:
-            event = self._sessions[session_id] = anyio.Event()
-        with anyio.move_on_after(timeout_s):
-            await event.wait()
 
     def job_queued(self) -> None:
         self._jobs.set()

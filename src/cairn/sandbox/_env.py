@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from cairn.errors import InvalidRequestError
 
-__all__ = ["DEFAULT_PATH", "command_env"]
+__all__ = ["DEFAULT_PATH", "ENV_ISOLATION", "command_env"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -40,3 +40,7 @@ def command_env(
             )
         env[name] = value
     return env
+
+
+# How every backend describes the environment it gives commands (for `isolation`).
+ENV_ISOLATION = "fixed allowlist plus the session's env; nothing from the server"

@@ -16,6 +16,7 @@ __all__ = [
     "DEVICES",
     "ETC_READ_ONLY",
     "HOSTNAME",
+    "ROOTFS_ISOLATION",
     "SANDBOX_HOME",
     "SANDBOX_USER",
     "SystemLayout",
@@ -70,3 +71,17 @@ def system_layout() -> SystemLayout:
         elif host.is_dir():
             read_only.append(str(host))
     return SystemLayout(read_only=tuple(read_only), symlinks=tuple(symlinks))
+
+
+# How the backends that build this root filesystem in fresh namespaces describe it (`isolation`).
+ROOTFS_ISOLATION = {
+    "filesystem": (
+        "only the workspace (read-write at /workspace) and a private /tmp are writable; /usr and "
+        "selected /etc files are read-only; the rest of the host filesystem is absent"
+    ),
+    "network": (
+        "none by default (own network namespace, loopback only); a session that enables network "
+        "shares the host's network, including its loopback"
+    ),
+    "processes": "own pid, ipc, uts and cgroup namespaces; host processes are invisible",
+}

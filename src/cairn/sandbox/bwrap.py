@@ -30,10 +30,11 @@ from cairn.errors import SandboxError
 from cairn.sandbox._account import SandboxAccount, resolve_sandbox_account
 from cairn.sandbox._cgroups import discover_cgroups
 from cairn.sandbox._containment import Containment
-from cairn.sandbox._env import DEFAULT_PATH, command_env
+from cairn.sandbox._env import DEFAULT_PATH, ENV_ISOLATION, command_env
 from cairn.sandbox._launch import LaunchedBackend
 from cairn.sandbox._private_dir import private_dir
 from cairn.sandbox._rootfs import (
+    ROOTFS_ISOLATION,
     ETC_READ_ONLY,
     HOSTNAME,
     SANDBOX_HOME,
@@ -101,22 +102,13 @@ class BwrapBackend(LaunchedBackend):
         )
         return {
             "backend": f"bwrap ({self._bwrap})",
-            "filesystem": (
-                "only the workspace (read-write at /workspace) and a private /tmp are "
-                "writable; /usr and selected /etc files are read-only; the rest of the host "
-                "filesystem is absent"
-            ),
-            "network": (
-                "none by default (own network namespace, loopback only); a session that "
-                "enables network shares the host's network, including its loopback"
-            ),
-            "processes": "own pid, ipc, uts and cgroup namespaces; host processes are invisible",
+            **ROOTFS_ISOLATION,
             "privileges": (
                 f"uid/gid {SANDBOX_UID} inside, no capabilities, no nested user namespaces, "
                 "new session"
             ),
             "host_user": owner,
-            "environment": "fixed allowlist plus the session's env; nothing from the server",
+            "environment": ENV_ISOLATION,
         }
 
     def _command(

@@ -33,7 +33,7 @@ from cairn.sandbox._containment import Containment
 from cairn.sandbox._launch import LaunchedBackend
 from cairn.sandbox._private_dir import private_dir
 from cairn.sandbox._launcher.landlock import abi_version
-from cairn.sandbox._env import command_env
+from cairn.sandbox._env import ENV_ISOLATION, command_env
 from cairn.sandbox._rootfs import DEVICES, ETC_READ_ONLY, SANDBOX_USER, system_layout
 from cairn.sandbox.base import ExecRequest
 
@@ -133,7 +133,7 @@ class LandlockBackend(LaunchedBackend):
                 "no_new_privs; seccomp refuses new namespaces, mounts, ptrace, bpf and keyrings"
             ),
             "host_user": host_user,
-            "environment": "fixed allowlist plus the session's env; nothing from the server",
+            "environment": ENV_ISOLATION,
         }
 
     @asynccontextmanager

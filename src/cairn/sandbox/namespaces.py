@@ -24,11 +24,12 @@ from cairn.errors import SandboxError
 from cairn.sandbox._account import SandboxAccount, resolve_sandbox_account
 from cairn.sandbox._cgroups import discover_cgroups
 from cairn.sandbox._containment import Containment
-from cairn.sandbox._env import command_env
+from cairn.sandbox._env import ENV_ISOLATION, command_env
 from cairn.sandbox._launch import LaunchedBackend
 from cairn.sandbox._private_dir import private_dir
 from cairn.sandbox._launcher.spec import WORKSPACE
 from cairn.sandbox._rootfs import (
+    ROOTFS_ISOLATION,
     DEVICES,
     ETC_READ_ONLY,
     HOSTNAME,
@@ -94,22 +95,13 @@ class NamespacesBackend(LaunchedBackend):
     def isolation(self) -> Mapping[str, str]:
         return {
             "backend": "namespaces (Cairn's launcher: unshare + pivot_root + setresuid)",
-            "filesystem": (
-                "only the workspace (read-write at /workspace) and a private /tmp are "
-                "writable; /usr and selected /etc files are read-only; the rest of the host "
-                "filesystem is absent"
-            ),
-            "network": (
-                "none by default (own network namespace, loopback only); a session that "
-                "enables network shares the host's network, including its loopback"
-            ),
-            "processes": "own pid, ipc, uts and cgroup namespaces; host processes are invisible",
+            **ROOTFS_ISOLATION,
             "privileges": (
                 "the host account below, no capabilities (empty bounding set), no_new_privs; "
                 "seccomp refuses new namespaces, mounts, ptrace, bpf and keyrings"
             ),
             "host_user": self._sandbox_account.describe(),
-            "environment": "fixed allowlist plus the session's env; nothing from the server",
+            "environment": ENV_ISOLATION,
         }
 
     def _confinement(

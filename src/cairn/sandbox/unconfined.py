@@ -22,7 +22,7 @@ from pathlib import Path
 
 from cairn.sandbox._cgroups import discover_cgroups
 from cairn.sandbox._containment import Containment
-from cairn.sandbox._env import command_env
+from cairn.sandbox._env import ENV_ISOLATION, command_env
 from cairn.sandbox._launch import LaunchedBackend
 from cairn.sandbox.base import ExecRequest
 
@@ -57,7 +57,7 @@ class UnconfinedBackend(LaunchedBackend):
                 "and see its processes. Enabled explicitly by the operator."
             ),
             "filesystem": "none; commands see the workspace at its real host path, not /workspace",
-            "environment": "fixed allowlist plus the session's env; nothing from the server",
+            "environment": ENV_ISOLATION,
         }
 
     async def prepare_workspace(self, workspace: Path) -> None:

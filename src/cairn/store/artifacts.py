@@ -17,12 +17,10 @@ from cairn.store.tables import artifacts
 
 __all__ = [
     "ArtifactRecord",
-    "count_blob_references",
     "delete_artifact",
     "get_artifact",
     "insert_artifact",
     "list_artifacts",
-    "session_blob_digests",
 ]
 
 
@@ -91,13 +89,3 @@ async def list_artifacts(
 
 async def delete_artifact(conn: Connection, artifact_id: str) -> None:
     await conn.execute(sa.delete(artifacts).where(artifacts.c.id == artifact_id))
-
-
-async def count_blob_references(conn: Connection, sha256: str) -> int:
-    stmt = sa.select(sa.func.count()).select_from(artifacts).where(artifacts.c.sha256 == sha256)
-    return int((await conn.execute(stmt)).scalar_one())
-
-
-async def session_blob_digests(conn: Connection, session_id: str) -> set[str]:
-    stmt = sa.select(artifacts.c.sha256).where(artifacts.c.session_id == session_id).distinct()
-    return set((await conn.execute(stmt)).scalars().all())
