@@ -27,7 +27,7 @@ from cairn.models.base import (
     ToolSpec,
 )
 
-__all__ = ["MAX_TOOL_OUTPUT_CHARS", "render_check_reminder", "render_prompt", "render_tools"]
+__all__ = ["MAX_TOOL_OUTPUT_CHARS", "render_check_reminder", "render_prompt", "render_syntax_reminder", "render_tools"]
 
 # One command's output can be megabytes; the model only needs its beginning and its end
 # (where errors and summaries are), and its context holds a few thousand tokens.
@@ -80,11 +80,23 @@ def _tool_roles(tools: Sequence[ToolSpec]) -> str:
 
     runners, writers = names("command"), names("path", "content")
     if runners and writers:
-        return (
+        roles = (
             f"- {' and '.join(writers)} only saves the text you give it into a file; it never runs "
             f"anything. Every command (mkdir, cp, python3, ...) must be run with {runners[0]}."
         )
-    return "- A file's content is never a list of commands to run: run commands with a tool that runs them."
+    else:
+        roles = "- A file's content is never a list of commands to run: run commands with a tool that runs them."
+    return roles + (_ESCAPE_RULE if writers else "")
+
+
+# Measured: writing Python, the model put JSON `\n` where the file needed the two
+# characters backslash-n (inside a string literal), so the saved file broke mid-string.
+# The rule shows the one escape that differs, on a line of code.
+_ESCAPE_RULE = (
+    "\n- File content is a JSON string: a line break in the file is \\n, a quote is \\\", and every "
+    "backslash in the file is doubled. So the Python line print(\"a\\nb\") is written "
+    "print(\\\"a\\\\nb\\\") in the JSON."
+)
 
 
 def _type_name(schema: Any) -> str:
@@ -186,6 +198,20 @@ def _brief(arguments: str) -> str:
     if not isinstance(value, dict):
         return " ".join(str(value).split())[:60]
     return ", ".join(f"{k}={' '.join(str(v).split())[:50]}" for k, v in value.items())
+
+
+def render_syntax_reminder(tool: str, path: str, error: str) -> str:
+    """Sends back a call that would save a Python file that does not compile, with the error.
+
+    The file is not written; the model's own reply is not in the prompt, so the error's
+    line is quoted for it.
+    """
+    return (
+        f"Your {tool} call was not run: the content you gave for {path} is not valid Python.\n"
+        f"{error}\n"
+        f"Call {tool} again with the complete corrected file. Remember that the content is a JSON "
+        "string: inside a Python string literal, the escape \\n is written \\\\n in the JSON."
+    )
 
 
 def render_check_reminder(request: ModelRequest) -> str:

@@ -33,8 +33,9 @@ import anyio
 from cairn._concurrency import run_sync
 from cairn.errors import InvalidRequestError, ModelError
 from cairn.models._local_answer_stream import AnswerStream
+from cairn.models._local_code_check import PythonSyntaxProblem, python_syntax_error, repair_python_escapes, written_python_file
 from cairn.models._local_guard import TurnCalls, call_key, intent_key, is_looping, turn_calls
-from cairn.models._local_prompt import render_check_reminder, render_prompt
+from cairn.models._local_prompt import render_check_reminder, render_prompt, render_syntax_reminder
 from cairn.models._local_reply import (
     FINAL_ANSWER,
     FinalAnswer,
@@ -58,6 +59,7 @@ from cairn.models.base import (
     ModelResponse,
     TextDelta,
     ToolCall,
+    ToolSpec,
     Usage,
 )
 
@@ -185,9 +187,12 @@ class LocalModel(Model):
         # it may answer; see render_check_reminder.
         may_answer = not allow_tools
         repeats = cut_offs = 0
+        is_syntax_shown = False
+        tools = {tool.name: tool for tool in request.tools}
         usage = Usage()
-        # Terminates: the check happens once, a cut-off reply is retried once, and after
-        # two repeats only the answer is allowed, so at most five attempts are made.
+        # Terminates: the check happens once, a cut-off reply is retried once, a Python
+        # file that does not compile is sent back once, and after two repeats only the
+        # answer is allowed, so at most six attempts are made.
         while True:
             attempt: _Attempt | None = None
             # aclosing: if our consumer stops early, the attempt's cleanup (handing the
@@ -218,10 +223,21 @@ class LocalModel(Model):
                 _log.info("local model wants to answer; asking it to check its work first")
                 reminder, may_answer = render_check_reminder(request), True
                 continue
+            problem: PythonSyntaxProblem | None = None
+            if isinstance(reply, ToolCallReply):
+                reply, problem = _check_python_write(reply, tools)
             if isinstance(reply, ToolCallReply) and _is_repeat(calls, reply):
                 _log.info("local model repeated %s; asking again", reply.name)
                 repeats += 1
                 reminder, allow_tools, may_answer = _REPEAT_REMINDER, repeats < 2, True
+                continue
+            if isinstance(reply, ToolCallReply) and problem is not None and not is_syntax_shown:
+                # Shown once, before anything is written: re-writing a broken file after
+                # running it, the model tended to repeat the same mistake. A second broken
+                # write goes through, and running it shows the model the error.
+                _log.info("local model wrote Python that does not compile; showing it the error")
+                is_syntax_shown = True
+                reminder = render_syntax_reminder(reply.name, str(reply.arguments.get("path")), problem.describe())
                 continue
             if isinstance(reply, ToolCallReply):
                 call = ToolCall(f"call_{secrets.token_hex(12)}", reply.name, dict(reply.arguments))
@@ -304,6 +320,23 @@ def _settings_for(base: GenerationSettings, request: ModelRequest, reminder: str
         top_k=base.top_k,
         seed=seed,
     )
+
+
+def _check_python_write(
+    reply: ToolCallReply, tools: dict[str, ToolSpec]
+) -> tuple[ToolCallReply, PythonSyntaxProblem | None]:
+    """A call that saves a Python file: its escapes repaired if that makes it compile, or
+    the reason it does not compile. Any other call comes back unchanged."""
+    written = written_python_file(tools.get(reply.name), reply.arguments)
+    if written is None:
+        return reply, None
+    path, content = written
+    repaired = repair_python_escapes(content, path)
+    if repaired is not None:
+        _log.info("local model: re-escaped line breaks inside string literals of %s", path)
+        arguments = {**reply.arguments, "content": repaired}
+        return ToolCallReply(reply.name, arguments, reply.thought), None
+    return reply, python_syntax_error(content, path)
 
 
 def _is_repeat(calls: TurnCalls, reply: ToolCallReply) -> bool:

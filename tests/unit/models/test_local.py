@@ -322,3 +322,53 @@ def test_create_local_model_names_the_install_command_without_the_extra(
     monkeypatch.setattr(local_module, "is_llama_cpp_installed", lambda: False)
     with pytest.raises(ModelError, match=r"pip install 'cairn\[local\]'"):
         create_local_model("local:qwen2.5-coder-1.5b", tmp_path)
+
+
+WRITE = ToolSpec(
+    "write_file",
+    "Save a text file.",
+    {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"],
+    },
+    "workspace",
+)
+# What the model writes for `print("a\nb")`: JSON `\n` where the file needs backslash-n.
+SLIPPED = 'import sys\nprint("a\nb")\n'
+BROKEN = "def main(:\n    pass\n"
+
+
+def _write(path: str, content: str, thought: str = "") -> str:
+    return json.dumps({"thought": thought, "name": "write_file", "arguments": {"path": path, "content": content}})
+
+
+async def test_a_python_file_broken_only_by_json_escapes_is_saved_as_meant(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_write("/workspace/tree.py", SLIPPED, "Write it."))
+    _, response = await _collect(install(scripted), _request([MessageInput("user", "go")], [WRITE, EXEC]))
+    [call] = response.tool_calls
+    assert call.arguments["content"] == 'import sys\nprint("a\\nb")\n'
+    assert len(scripted.prompts) == 1  # repaired without asking the model again
+
+
+async def test_the_same_slip_in_another_kind_of_file_is_left_alone(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_write("notes.md", SLIPPED))
+    _, response = await _collect(install(scripted), _request([MessageInput("user", "go")], [WRITE, EXEC]))
+    assert response.tool_calls[0].arguments["content"] == SLIPPED
+
+
+async def test_python_that_does_not_compile_is_sent_back_once_with_the_error(install: Callable[..., LocalModel]) -> None:
+    fixed = "def main():\n    pass\n"
+    scripted = ScriptedModel(_write("tree.py", BROKEN, "Write it."), _write("tree.py", fixed, "Fix it."))
+    deltas, response = await _collect(install(scripted), _request([MessageInput("user", "go")], [WRITE, EXEC]))
+    assert deltas == ["Fix it."]  # nothing of the refused call went out
+    assert response.tool_calls[0].arguments["content"] == fixed
+    assert "not valid Python" not in scripted.prompts[0]
+    assert "SyntaxError on line 1" in scripted.prompts[1] and "def main(:" in scripted.prompts[1]
+
+
+async def test_a_second_broken_python_file_goes_through(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_write("tree.py", BROKEN), _write("tree.py", BROKEN + "\n"))
+    _, response = await _collect(install(scripted), _request([MessageInput("user", "go")], [WRITE, EXEC]))
+    assert response.tool_calls[0].arguments["content"] == BROKEN + "\n"
+    assert len(scripted.prompts) == 2  # running it will show the model the error

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import json
 
-from cairn.models._local_prompt import MAX_TOOL_OUTPUT_CHARS, render_check_reminder, render_prompt, render_tools
+from cairn.models._local_prompt import (
+    MAX_TOOL_OUTPUT_CHARS,
+    render_check_reminder,
+    render_prompt,
+    render_syntax_reminder,
+    render_tools,
+)
 from cairn.models.base import (
     FunctionCallInput,
     FunctionCallOutputInput,
@@ -153,3 +159,20 @@ def test_the_rules_name_the_tool_that_runs_commands_and_the_one_that_writes_file
 def test_without_both_kinds_of_tool_the_rule_stays_general() -> None:
     prompt = render_prompt(_request([MessageInput("user", "x")]))  # exec_command only
     assert "A file's content is never a list of commands to run" in prompt
+    assert "File content is a JSON string" not in prompt  # no tool writes files
+
+
+def test_the_escape_rule_shows_a_line_of_python_exactly_as_json_encodes_it() -> None:
+    write = ToolSpec("write_file", "Write.", {"type": "object", "properties": {"path": {}, "content": {}}}, "workspace")
+    request = ModelRequest("s", "t", 1, 0, "local:x", None, [MessageInput("user", "x")], [write])
+    rule = next(line for line in render_prompt(request).splitlines() if "File content is a JSON string" in line)
+    python_line, as_json = rule.split("So the Python line ")[1].split(" is written ")
+    assert json.loads('"' + as_json.removesuffix(" in the JSON.") + '"') == python_line
+    assert python_line == 'print("a\\nb")'
+
+
+def test_the_syntax_reminder_quotes_the_error_and_the_escape() -> None:
+    text = render_syntax_reminder("write_file", "tree.py", "SyntaxError on line 3: unterminated string literal")
+    assert "Your write_file call was not run" in text and "tree.py" in text
+    assert "SyntaxError on line 3" in text
+    assert "the escape \\n is written \\\\n in the JSON" in text
