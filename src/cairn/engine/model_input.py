@@ -9,13 +9,13 @@ clipped, head and tail, so one noisy command cannot fill the context.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from cairn.models.base import FunctionCallInput, FunctionCallOutputInput, InputItem, MessageInput, ToolSpec
 from cairn.store.items import ItemRecord
 
-__all__ = ["build_model_input", "client_tool_specs"]
+__all__ = ["client_tool_specs", "item_input"]
 
 _MODEL_OUTPUT_CHARS = 16_000
 
@@ -40,30 +40,29 @@ def _clip(text: str) -> str:
     return f"{text[:half]}\n[... {len(text) - _MODEL_OUTPUT_CHARS} characters omitted ...]\n{text[-half:]}"
 
 
-def build_model_input(items: Sequence[ItemRecord]) -> list[InputItem]:
-    result: list[InputItem] = []
-    for item in items:
-        data = item.data
-        if item.type == "message":
-            text = _text_of(data.get("content"))
-            if text:
-                result.append(MessageInput(role=data.get("role", "user"), text=text))
-        elif item.type == "function_call":
-            result.append(FunctionCallInput(call_id=str(item.call_id), name=str(data["name"]), arguments=str(data["arguments"])))
-        elif item.type == "function_call_output":
-            if "error" in data and data["error"] is not None:
-                output = f"error: {data['error']}"
-            else:
-                output = _text_of(data.get("output"))
-            result.append(FunctionCallOutputInput(call_id=str(item.call_id), output=_clip(output)))
-        elif item.type == "command_execution":
-            arguments = data.get("arguments") or json.dumps({"command": data.get("command")})
-            result.append(FunctionCallInput(call_id=str(item.call_id), name="shell", arguments=str(arguments)))
-            if item.status != "in_progress":
-                exit_code = data.get("exit_code")
-                header = f"exit_code: {exit_code}" if exit_code is not None else f"status: {item.status}"
-                result.append(FunctionCallOutputInput(call_id=str(item.call_id), output=_clip(f"{header}\n{data.get('output') or ''}")))
-    return result
+def item_input(item: ItemRecord) -> list[InputItem]:
+    """What one stored item contributes to the model's input (nothing, one or two entries)."""
+    data = item.data
+    if item.type == "message":
+        text = _text_of(data.get("content"))
+        return [MessageInput(role=data.get("role", "user"), text=text)] if text else []
+    if item.type == "function_call":
+        return [FunctionCallInput(call_id=str(item.call_id), name=str(data["name"]), arguments=str(data["arguments"]))]
+    if item.type == "function_call_output":
+        if "error" in data and data["error"] is not None:
+            output = f"error: {data['error']}"
+        else:
+            output = _text_of(data.get("output"))
+        return [FunctionCallOutputInput(call_id=str(item.call_id), output=_clip(output))]
+    if item.type == "command_execution":
+        arguments = data.get("arguments") or json.dumps({"command": data.get("command")})
+        call: list[InputItem] = [FunctionCallInput(call_id=str(item.call_id), name="shell", arguments=str(arguments))]
+        if item.status == "in_progress":
+            return call
+        exit_code = data.get("exit_code")
+        header = f"exit_code: {exit_code}" if exit_code is not None else f"status: {item.status}"
+        return [*call, FunctionCallOutputInput(call_id=str(item.call_id), output=_clip(f"{header}\n{data.get('output') or ''}"))]
+    return []
 
 
 def client_tool_specs(agent: Mapping[str, Any]) -> list[ToolSpec]:

@@ -30,7 +30,8 @@ from cairn.engine.artifacts import collect_outputs, record_outputs
 from cairn.engine.events import environment_event, item_event, text_part_event, turn_event
 from cairn.engine.journal import Fence, Journal, Transaction
 from cairn.engine.lifecycle import add_call_output, close_open_item, close_turn, set_session_status
-from cairn.engine.model_input import build_model_input, client_tool_specs
+from cairn.engine.history import History
+from cairn.engine.model_input import client_tool_specs
 from cairn.engine.runtime import Runtime
 from cairn.engine.tools import (
     WORKSPACE_TOOL_NAMES,
@@ -72,9 +73,8 @@ class _TurnContext:
     # all of the turn's writes, so deltas never overtake the events that follow them.
     deltas: list[dict[str, Any]] = field(default_factory=list)
     write_lock: anyio.Lock = field(default_factory=anyio.Lock)
-    # The session's items, loaded once per job and kept current by this worker's own
-    # writes; reloaded only after the client may have added tool results.
-    history: list[ItemRecord] = field(default_factory=list)
+    # Reloaded only after the client may have added tool results.
+    history: History = field(default_factory=History)
     next_output_index: int = 0
 
     def take_deltas(self) -> list[dict[str, Any]]:
@@ -82,14 +82,10 @@ class _TurnContext:
         return taken
 
     def remember(self, item: ItemRecord) -> None:
-        for index in range(len(self.history) - 1, -1, -1):
-            if self.history[index].id == item.id:
-                self.history[index] = item
-                return
-        self.history.append(item)
+        self.history.remember(item)
 
     def open_items(self, tool_kind: str) -> list[ItemRecord]:
-        return [i for i in self.history if i.turn_id == self.turn.id and i.tool_kind == tool_kind and i.status == "in_progress"]
+        return self.history.open_calls(self.turn.id, tool_kind)
 
 
 class TurnRunner:
@@ -184,7 +180,7 @@ class TurnRunner:
             tools=tools,
             fence=Fence(turn.id, job.lease_token),
             client_tool_names=frozenset(t.name for t in client_tools),
-            history=history,
+            history=History(history),
             next_output_index=turn.next_output_index,
         )
 
@@ -302,7 +298,7 @@ class TurnRunner:
                         await self._wait_for_client(tx, ctx, waiting)
                         return
                     # The client answered while the workspace calls ran: take its results.
-                    ctx.history = await session_items(tx.conn, ctx.session.id)
+                    ctx.history = History(await session_items(tx.conn, ctx.session.id))
             response = await self._model_step(ctx)
             if not response.tool_calls:
                 await self._complete(ctx)
@@ -345,7 +341,7 @@ class TurnRunner:
                     step=turn.step,
                     model=str(ctx.session.agent["model"]),
                     instructions=ctx.session.agent.get("instructions"),
-                    input=build_model_input(ctx.history),
+                    input=ctx.history.model_input(),
                     tools=ctx.tools,
                     text_format=(ctx.session.agent.get("text") or {}).get("format"),
                     reasoning_effort=(ctx.session.agent.get("reasoning") or {}).get("effort"),
