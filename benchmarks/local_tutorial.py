@@ -4,8 +4,9 @@ A faster loop than `cairn demo` for tuning the local provider: it drives `LocalM
 through the demo's two prompts and instructions (`cairn.demo`), with Cairn's own
 workspace tools (`cairn.engine.tools`) and sandbox backend, in a fresh temporary
 workspace per run, and reports per turn: wall time, the tool calls made, and whether the
-turn did what was asked (judged more strictly than the demo: the delivered script must
-also limit the depth of a known tree).
+turn did what was asked (judged like the demo, plus: each turn must have run the script
+itself; the delivered script is run in the sandbox on a known tree and must print it and
+limit its depth, `cairn.demo.check_tree_script`).
 
     .venv/bin/python benchmarks/local_tutorial.py --runs 5
 
@@ -19,8 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from typing import Any
 
 import anyio
 
-from cairn.demo import INSTRUCTIONS, PROMPTS
+from cairn.demo import INSTRUCTIONS, PROMPTS, check_tree_script
 from cairn.engine.tools import run_file_tool, workspace_tool_specs
 from cairn.engine.workspace_files import WorkspaceFiles
 from cairn.errors import CairnError
@@ -118,25 +117,7 @@ def _ran(record: TurnRecord, *needles: str) -> bool:
     return any(c.startswith("shell(") and all(n in c for n in needles) for c in record.calls)
 
 
-def _check_depth_limit(script: Path) -> str:
-    """Run the delivered script on a known tree: '' if --max-depth 2 limits it, else why not."""
-    with tempfile.TemporaryDirectory() as scratch:
-        deep = Path(scratch, "level1", "level2", "level3")
-        deep.mkdir(parents=True)
-        (deep / "deepest.txt").write_text("x")
-        done = subprocess.run(
-            [sys.executable, str(script), "--max-depth", "2"], cwd=scratch, capture_output=True, text=True, timeout=30
-        )
-    if done.returncode != 0:
-        return f"--max-depth 2 exits {done.returncode}: {done.stderr.strip()[-200:]}"
-    if "level1" not in done.stdout:
-        return "--max-depth 2 prints nothing useful"
-    if "deepest.txt" in done.stdout or "level3" in done.stdout:
-        return "--max-depth 2 does not limit the depth"
-    return ""
-
-
-def _judge(first: TurnRecord, second: TurnRecord, workspace: Path) -> None:
+async def _judge(first: TurnRecord, second: TurnRecord, workspace: Path) -> None:
     script = workspace / "tree.py"
     first.ok = script.exists() and _ran(first, "tree.py") and bool(first.answer) and not first.note
     if not first.ok:
@@ -150,7 +131,7 @@ def _judge(first: TurnRecord, second: TurnRecord, workspace: Path) -> None:
     elif delivered.read_bytes() != script.read_bytes():
         problems.append("outputs/tree.py differs from tree.py")
     else:
-        depth = _check_depth_limit(delivered)
+        depth = await check_tree_script(delivered)
         if depth:
             problems.append(depth)
     if second.note:
@@ -168,7 +149,7 @@ async def _run(index: int, cache_dir: Path, backend: SandboxBackend) -> tuple[Tu
         session = f"tutorial-run-{index}"
         first = await _turn(model, items, PROMPTS[0], session, 1, workspace, backend)
         second = await _turn(model, items, PROMPTS[1], session, 2, workspace, backend)
-        _judge(first, second, workspace)
+        await _judge(first, second, workspace)
         return first, second
     finally:
         shutil.rmtree(workspace, ignore_errors=True)

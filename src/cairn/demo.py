@@ -2,7 +2,10 @@
 
 It starts a `cairn serve` process on a free port, creates a session, and asks the agent
 (1) to write tree.py and run it, (2) to add `--max-depth`, run it and copy it to
-`/workspace/outputs/`; then it downloads the published artifact. The model is the first
+`/workspace/outputs/`; then it downloads the published artifact and runs it, in the
+sandbox, on a known directory tree: the demo succeeds only if both turns completed and the
+delivered script prints the tree and limits its depth (`check_tree_script`), because a
+model can finish both turns without the file doing what was asked. The model is the first
 available of: the one named with `--model`, an OpenAI-compatible endpoint
 (`OPENAI_API_KEY`), the offline local model (the `local` extra), and a scripted model that
 needs nothing. The user is told which one ran and how to enable the others.
@@ -19,12 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+import anyio
+
+from cairn._concurrency import run_sync
 from cairn.client import Client
 from cairn.errors import CairnError
 from cairn.models.local import is_local_model_installed
+from cairn.sandbox.base import ExecRequest, SandboxBackend
+from cairn.sandbox.selection import select_backend
 from cairn.testing.server import CairnServer
 
-__all__ = ["DemoResult", "EventPrinter", "choose_model", "run_demo"]
+__all__ = ["DemoResult", "EventPrinter", "check_tree_script", "choose_model", "run_demo"]
 
 SCRIPTS_DIR = Path(__file__).with_name("demo_scripts")
 LOCAL_MODEL = "local:qwen2.5-coder-1.5b"
@@ -115,10 +123,77 @@ class DemoResult:
     turn_statuses: tuple[str, ...]
     artifact: Path | None
     seconds_per_turn: tuple[float, ...]
+    # Why the downloaded script does not do what was asked; "" when it does.
+    artifact_problem: str = ""
 
     @property
     def succeeded(self) -> bool:
-        return self.turn_statuses == ("completed", "completed") and self.artifact is not None
+        return (
+            self.turn_statuses == ("completed", "completed") and self.artifact is not None and not self.artifact_problem
+        )
+
+
+# The known tree the delivered script is run on: what `--max-depth 1` must show, and hide.
+_CHECK_TREE = ("demo/top.txt", "demo/level1/level2/level3/deepest.txt")
+_SHALLOW = ("level1", "top.txt")
+_DEEP = ("level3", "deepest.txt")
+
+
+async def check_tree_script(script: Path) -> str:
+    """Run a delivered tree.py in the sandbox on a known tree; "" if it works, else why not.
+
+    It must exit 0 and show the whole tree for `python3 tree.py demo`, and for
+    `python3 tree.py demo --max-depth 1` show the first level but nothing three levels
+    down. The script is the agent's code, so it runs in the sandbox, never on the host.
+    """
+    backend = await run_sync(select_backend, None)
+    root = await run_sync(_make_check_workspace, script)
+    workspace = root / "workspace"
+    try:
+        await backend.prepare_workspace(workspace)
+        full, problem = await _run_check(backend, workspace, "python3 tree.py demo")
+        if problem:
+            return problem
+        missing = [name for name in _SHALLOW + _DEEP if name not in full]
+        if missing:
+            return f"`python3 tree.py demo` does not show {', '.join(missing)}"
+        limited, problem = await _run_check(backend, workspace, "python3 tree.py demo --max-depth 1")
+        if problem:
+            return problem
+        if any(name not in limited for name in _SHALLOW):
+            return "`--max-depth 1` does not show the first level"
+        if any(name in limited for name in _DEEP):
+            return "`--max-depth 1` does not limit the depth"
+        return ""
+    finally:
+        await run_sync(shutil.rmtree, root)
+
+
+def _make_check_workspace(script: Path) -> Path:
+    root = Path(tempfile.mkdtemp(prefix="cairn-demo-check-"))
+    os.chmod(root, 0o711)  # traversable by the sandbox's unprivileged account
+    workspace = root / "workspace"
+    workspace.mkdir()
+    shutil.copyfile(script, workspace / "tree.py")
+    for relative in _CHECK_TREE:
+        (workspace / relative).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / relative).write_text("x\n")
+    return root
+
+
+async def _run_check(backend: SandboxBackend, workspace: Path, command: str) -> tuple[str, str]:
+    """The command's output, and why it failed ("" when it exited 0)."""
+    chunks: list[bytes] = []
+
+    async def collect(data: bytes) -> None:
+        chunks.append(data)
+
+    result = await backend.exec(ExecRequest(command, workspace, timeout_s=30), collect)
+    output = b"".join(chunks).decode(errors="replace")
+    if result.exit_code != 0:
+        last = output.strip().splitlines()[-1] if output.strip() else "no output"
+        return output, f"`{command}` exits {result.exit_code}: {last[:200]}"
+    return output, ""
 
 
 def _run_turns(server: CairnServer, model: str, printer: EventPrinter, output_dir: Path) -> DemoResult:
@@ -164,7 +239,15 @@ def run_demo(*, model: str | None, output_dir: Path, data_dir: Path | None, out:
         server.stop()
         if root is not None:
             shutil.rmtree(root)
+    if result.artifact is not None:
+        problem = anyio.run(check_tree_script, result.artifact)
+        result = DemoResult(result.model, result.turn_statuses, result.artifact, result.seconds_per_turn, problem)
     timings = ", ".join(f"{s:.1f} s" for s in result.seconds_per_turn)
     out.write(f"\ncairn demo: turns {', '.join(result.turn_statuses)} ({timings}); ")
-    out.write(f"artifact saved to {result.artifact}\n" if result.artifact else "no artifact was published\n")
+    if result.artifact is None:
+        out.write("no artifact was published\n")
+    else:
+        verdict = f"it does not work: {result.artifact_problem}" if result.artifact_problem else "it works (checked with --max-depth 1)"
+        out.write(f"artifact saved to {result.artifact}; {verdict}\n")
+    out.write(f"cairn demo: {'succeeded' if result.succeeded else 'FAILED'}\n")
     return result
