@@ -15,6 +15,7 @@ with the reply format shown rather than described; it names no particular task.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -214,6 +215,52 @@ def render_syntax_reminder(tool: str, path: str, error: str) -> str:
     )
 
 
+_EXIT_CODE = re.compile(r"^\s*exit_code: (-?\d+)")
+_QUOTED = re.compile(r"`([^`\n]+)`")
+_WORKSPACE_PATH = re.compile(r"/workspace/[\w.\-/]*[\w\-]")
+_WORKSPACE_PREFIX = "/workspace/"
+
+
+def _exit_code(output: str) -> int | None:
+    """The exit code at the head of a command's output (Cairn's shell tool format), if any."""
+    match = _EXIT_CODE.match(output)
+    return int(match.group(1)) if match else None
+
+
+def _plain(text: str) -> str:
+    """Text compared for "was this run / used": no workspace prefix, single spaces."""
+    return " ".join(text.replace(_WORKSPACE_PREFIX, "").split())
+
+
+def _unfinished(asked: str, calls: Sequence[tuple[str, str]]) -> list[str]:
+    """Parts of the request that the turn's calls visibly have not done yet.
+
+    Read from the request's own words, so no task is assumed: a command it quotes in
+    backticks that no call has run with exit code 0, a /workspace path it names that no
+    call has used, and a last command that failed. `calls` are (arguments, output) pairs.
+    Measured: told only to check, the model answered after a failed run, and without
+    ever copying the script to the path it was asked for.
+    """
+    problems = []
+    succeeded = [_plain(arguments) for arguments, output in calls if _exit_code(output) == 0]
+    for quoted in _QUOTED.findall(asked):
+        command = _plain(quoted)
+        if " " in command and not any(command in ran for ran in succeeded):
+            problems.append(f"`{quoted}` has not run successfully yet")
+    used = [_plain(arguments) for arguments, _ in calls]
+    for path in dict.fromkeys(_WORKSPACE_PATH.findall(asked)):
+        if path.rstrip("/") != "/workspace" and not any(_plain(path) in text for text in used):
+            problems.append(f"no tool call has used {path} yet")
+    if calls:
+        last_output = calls[-1][1]
+        code = _exit_code(last_output)
+        if code not in (None, 0):
+            lines = [line for line in last_output.splitlines()[1:] if line.strip()]
+            error = f": {lines[-1].strip()[:160]}" if lines else ""
+            problems.append(f"your last command failed (exit_code {code}){error}. Fix the cause and run it again")
+    return problems
+
+
 def render_check_reminder(request: ModelRequest) -> str:
     """Asks the model to check the turn's request against its calls before it answers.
 
@@ -228,15 +275,21 @@ def render_check_reminder(request: ModelRequest) -> str:
             start, asked = index, item.text
     outputs = {item.call_id: item.output for item in items if isinstance(item, FunctionCallOutputInput)}
     lines = []
+    calls: list[tuple[str, str]] = []
     for item in items[start + 1 :]:
         if isinstance(item, FunctionCallInput):
-            result = next((line for line in outputs.get(item.call_id, "").splitlines() if line.strip()), "no output")
+            output = outputs.get(item.call_id, "")
+            calls.append((item.arguments, output))
+            result = next((line for line in output.splitlines() if line.strip()), "no output")
             lines.append(f"- {item.name}({_brief(item.arguments)}) -> {result[:80]}")
     done = "\n".join(lines) or "- none yet"
+    unfinished = _unfinished(asked, calls)
+    not_done = "".join(f"Not done yet: {problem}.\n" for problem in unfinished)
     return (
         "Before you answer, check your work against the request.\n"
         f"The request: {asked}\n"
         f"Your tool calls for it so far:\n{done}\n"
+        f"{not_done}"
         "If any part of the request is not done yet (a file not written, a command not run), "
         "do that part now with a tool call. If every part is done, reply with final_answer "
         "and quote the actual output you saw."

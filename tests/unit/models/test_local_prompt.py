@@ -176,3 +176,42 @@ def test_the_syntax_reminder_quotes_the_error_and_the_escape() -> None:
     assert "Your write_file call was not run" in text and "tree.py" in text
     assert "SyntaxError on line 3" in text
     assert "the escape \\n is written \\\\n in the JSON" in text
+
+
+def _turn(asked: str, *calls: tuple[str, str, str]) -> ModelRequest:
+    items: list[InputItem] = [MessageInput("user", asked)]
+    for n, (name, arguments, output) in enumerate(calls):
+        items += [FunctionCallInput(f"c{n}", name, arguments), FunctionCallOutputInput(f"c{n}", output)]
+    return _request(items)
+
+
+ASKED = "Add --depth to t.py, run `python3 t.py src --depth 1`, then copy it to /workspace/out/t.py."
+
+
+def test_the_check_reminder_lists_what_the_request_names_and_no_call_has_done() -> None:
+    reminder = render_check_reminder(
+        _turn(
+            ASKED,
+            ("write_file", '{"path": "/workspace/t.py", "content": "x"}', "wrote 1 bytes"),
+            ("shell", '{"command": "python3 /workspace/t.py src --depth 1"}', "exit_code: 1\nTraceback\nNameError: x\n"),
+        )
+    )
+    assert "Not done yet: `python3 t.py src --depth 1` has not run successfully yet." in reminder
+    assert "Not done yet: no tool call has used /workspace/out/t.py yet." in reminder
+    assert "Not done yet: your last command failed (exit_code 1): NameError: x. Fix the cause" in reminder
+
+
+def test_the_check_reminder_names_nothing_when_the_calls_did_it_all() -> None:
+    reminder = render_check_reminder(
+        _turn(
+            ASKED,
+            ("shell", '{"command": "python3 t.py src --depth 1"}', "exit_code: 0\nsrc\n"),
+            ("shell", '{"command": "cp t.py /workspace/out/t.py"}', "exit_code: 0\n"),
+        )
+    )
+    assert "Not done yet" not in reminder
+
+
+def test_a_quoted_word_is_not_taken_for_a_command() -> None:
+    reminder = render_check_reminder(_turn("Print it like the `tree` command.", ("shell", '{"command": "ls"}', "exit_code: 0\n")))
+    assert "Not done yet" not in reminder
