@@ -28,7 +28,7 @@ from cairn.models.base import (
     ToolSpec,
 )
 
-__all__ = ["MAX_TOOL_OUTPUT_CHARS", "render_check_reminder", "render_prompt", "render_syntax_reminder", "render_tools"]
+__all__ = ["MAX_TOOL_OUTPUT_CHARS", "check_turn", "render_check_reminder", "render_prompt", "render_syntax_reminder", "render_tools"]
 
 # One command's output can be megabytes; the model only needs its beginning and its end
 # (where errors and summaries are), and its context holds a few thousand tokens.
@@ -261,8 +261,8 @@ def _unfinished(asked: str, calls: Sequence[tuple[str, str]]) -> list[str]:
     return problems
 
 
-def render_check_reminder(request: ModelRequest) -> str:
-    """Asks the model to check the turn's request against its calls before it answers.
+def check_turn(request: ModelRequest) -> tuple[str, list[str]]:
+    """The check reminder for the turn so far, and the parts of it visibly not done yet.
 
     The request and a one-line summary of each call of the turn are repeated right here,
     at the end of the prompt, because a 1.5B model weighs what it read last: told only to
@@ -284,13 +284,24 @@ def render_check_reminder(request: ModelRequest) -> str:
             lines.append(f"- {item.name}({_brief(item.arguments)}) -> {result[:80]}")
     done = "\n".join(lines) or "- none yet"
     unfinished = _unfinished(asked, calls)
-    not_done = "".join(f"Not done yet: {problem}.\n" for problem in unfinished)
-    return (
+    if unfinished:
+        ending = "Do the first part that is not done now, with a tool call."
+    else:
+        ending = (
+            "If any part of the request is not done yet (a file not written, a command not run), "
+            "do that part now with a tool call. If every part is done, reply with final_answer "
+            "and quote the actual output you saw."
+        )
+    reminder = (
         "Before you answer, check your work against the request.\n"
         f"The request: {asked}\n"
         f"Your tool calls for it so far:\n{done}\n"
-        f"{not_done}"
-        "If any part of the request is not done yet (a file not written, a command not run), "
-        "do that part now with a tool call. If every part is done, reply with final_answer "
-        "and quote the actual output you saw."
+        + "".join(f"Not done yet: {problem}.\n" for problem in unfinished)
+        + ending
     )
+    return reminder, unfinished
+
+
+def render_check_reminder(request: ModelRequest) -> str:
+    """Asks the model to check the turn's request against its calls before it answers."""
+    return check_turn(request)[0]

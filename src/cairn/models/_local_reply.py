@@ -32,6 +32,7 @@ __all__ = [
     "FinalAnswer",
     "ReplyParseError",
     "ToolCallReply",
+    "offered_tools",
     "parse_reply",
     "reply_schema",
     "render_reply",
@@ -73,6 +74,23 @@ def offered_properties(parameters: Mapping[str, Any]) -> dict[str, Any]:
     return {name: schema for name, schema in properties.items() if name in required}
 
 
+def _argument_names(tool: ToolSpec) -> set[str]:
+    return set((tool.parameters.get("properties") or {}).keys())
+
+
+def offered_tools(tools: Sequence[ToolSpec]) -> list[ToolSpec]:
+    """The tools the model is offered: all of them, except a patch tool next to a file writer.
+
+    Measured on the tree.py tutorial: every patch the model wrote was malformed (it
+    filled the patch format's placeholders with "(tree.py)"), each costing a step, while it
+    writes whole files correctly. So when a tool writes whole files (it takes a `path`
+    and a `content`), a tool whose only argument is a `patch` is left out.
+    """
+    if not any({"path", "content"} <= _argument_names(tool) for tool in tools):
+        return list(tools)
+    return [tool for tool in tools if _argument_names(tool) != {"patch"}]
+
+
 def _object_schema(parameters: Mapping[str, Any]) -> dict[str, Any]:
     """A tool's parameters, closed to extra keys unless the tool says otherwise.
 
@@ -95,13 +113,16 @@ def _branch(name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def reply_schema(tools: Sequence[ToolSpec], *, allow_tools: bool = True) -> dict[str, Any]:
+def reply_schema(tools: Sequence[ToolSpec], *, allow_tools: bool = True, allow_answer: bool = True) -> dict[str, Any]:
     """The JSON schema with one branch per tool plus the final answer.
 
     `allow_tools=False` leaves only the final answer: the repeat guard uses it to make a
-    model that keeps repeating itself stop and answer.
+    model that keeps repeating itself stop and answer. `allow_answer=False` leaves only
+    the tools, when the request visibly is not done; it is ignored without tools.
     """
     branches = [_branch(t.name, _object_schema(t.parameters)) for t in tools] if allow_tools else []
+    if branches and not allow_answer:
+        return {"oneOf": branches}
     answer = {
         "type": "object",
         "properties": {"text": {"type": "string"}},

@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import secrets
+from dataclasses import replace
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -35,12 +36,13 @@ from cairn.errors import InvalidRequestError, ModelError
 from cairn.models._local_answer_stream import AnswerStream
 from cairn.models._local_code_check import PythonSyntaxProblem, python_syntax_error, repair_python_escapes, written_python_file
 from cairn.models._local_guard import TurnCalls, call_key, intent_key, is_looping, turn_calls
-from cairn.models._local_prompt import render_check_reminder, render_prompt, render_syntax_reminder
+from cairn.models._local_prompt import check_turn, render_prompt, render_syntax_reminder
 from cairn.models._local_reply import (
     FINAL_ANSWER,
     FinalAnswer,
     ReplyParseError,
     ToolCallReply,
+    offered_tools,
     parse_reply,
     reply_schema,
 )
@@ -86,7 +88,8 @@ _REPEAT_REMINDER = (
 # A 1.5B model tends to answer as soon as it has written a file, or to answer a new
 # request from memory of the last one (measured on the tree.py tutorial: both turns ended
 # without running anything). So its first move to answer is stopped before any text is
-# sent, and it is asked to check (`render_check_reminder`); the second is let through.
+# sent, and it is asked to check (`check_turn`); the second is let through, unless the
+# check found a part of the request visibly not done: then it must make a call.
 _CUT_OFF_REMINDER = (
     "Your last reply got stuck repeating itself and was cut off. Reply again with one "
     "short tool call or your final answer; keep file contents to what the task needs."
@@ -180,12 +183,17 @@ class LocalModel(Model):
                 retryable=False,
             )
         model = await self._model()
+        request = replace(request, tools=offered_tools(request.tools))
         calls = turn_calls(request.input)
         allow_tools = bool(request.tools) and len(calls) < _MAX_CALLS_PER_TURN
         reminder = None if allow_tools or not request.tools else _FINISH_REMINDER
         # While tools are allowed, the model gets one reminder to check its work before
-        # it may answer; see render_check_reminder.
+        # it may answer; see check_turn.
         may_answer = not allow_tools
+        # Set when the check finds a part of the request visibly not done: then the next
+        # reply must be a tool call (measured: shown what was missing, the model answered
+        # anyway, claiming the work was done).
+        must_call = False
         repeats = cut_offs = 0
         is_syntax_shown = False
         tools = {tool.name: tool for tool in request.tools}
@@ -197,7 +205,9 @@ class LocalModel(Model):
             attempt: _Attempt | None = None
             # aclosing: if our consumer stops early, the attempt's cleanup (handing the
             # model back) runs now, not whenever the garbage collector finalizes it.
-            attempts = self._attempt(model, request, allow_tools=allow_tools, may_answer=may_answer, reminder=reminder)
+            attempts = self._attempt(
+                model, request, allow_tools=allow_tools, allow_answer=not must_call, may_answer=may_answer, reminder=reminder
+            )
             async with aclosing(attempts) as events:
                 async for event in events:
                     if isinstance(event, TextDelta):
@@ -221,7 +231,8 @@ class LocalModel(Model):
                 continue
             if reply is None:
                 _log.info("local model wants to answer; asking it to check its work first")
-                reminder, may_answer = render_check_reminder(request), True
+                reminder, unfinished = check_turn(request)
+                may_answer, must_call = True, bool(unfinished)
                 continue
             problem: PythonSyntaxProblem | None = None
             if isinstance(reply, ToolCallReply):
@@ -229,7 +240,7 @@ class LocalModel(Model):
             if isinstance(reply, ToolCallReply) and _is_repeat(calls, reply):
                 _log.info("local model repeated %s; asking again", reply.name)
                 repeats += 1
-                reminder, allow_tools, may_answer = _REPEAT_REMINDER, repeats < 2, True
+                reminder, allow_tools, may_answer, must_call = _REPEAT_REMINDER, repeats < 2, True, False
                 continue
             if isinstance(reply, ToolCallReply) and problem is not None and not is_syntax_shown:
                 # Shown once, before anything is written: re-writing a broken file after
@@ -255,12 +266,19 @@ class LocalModel(Model):
             return
 
     async def _attempt(
-        self, model: LoadedModel, request: ModelRequest, *, allow_tools: bool, may_answer: bool, reminder: str | None
+        self,
+        model: LoadedModel,
+        request: ModelRequest,
+        *,
+        allow_tools: bool,
+        allow_answer: bool,
+        may_answer: bool,
+        reminder: str | None,
     ) -> AsyncGenerator[TextDelta | _Attempt, None]:
         """One generation. Without `may_answer`, it stops as soon as the reply turns out to
         be a final answer, before any of its text is sent, and yields an empty attempt."""
         prompt = render_prompt(request, reminder=reminder)
-        schema = json.dumps(reply_schema(request.tools, allow_tools=allow_tools))
+        schema = json.dumps(reply_schema(request.tools, allow_tools=allow_tools, allow_answer=allow_answer))
         settings = _settings_for(self._settings, request, reminder)
         generation = None
         raw: list[str] = []

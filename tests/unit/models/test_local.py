@@ -372,3 +372,47 @@ async def test_a_second_broken_python_file_goes_through(install: Callable[..., L
     _, response = await _collect(install(scripted), _request([MessageInput("user", "go")], [WRITE, EXEC]))
     assert response.tool_calls[0].arguments["content"] == BROKEN + "\n"
     assert len(scripted.prompts) == 2  # running it will show the model the error
+
+
+PATCH = ToolSpec(
+    "apply_patch", "Edit files with a patch.",
+    {"type": "object", "properties": {"patch": {"type": "string"}}, "required": ["patch"]}, "workspace",
+)
+
+
+async def test_a_patch_tool_is_not_offered_next_to_a_file_writer(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_call("ls"), _call("ls"))
+    await _collect(install(scripted), _request([MessageInput("user", "go")], [EXEC, WRITE, PATCH]))
+    assert scripted.branch_names(0) == ["exec_command", "write_file", "final_answer"]
+    assert "## apply_patch" not in scripted.prompts[0]
+    await _collect(install(scripted), _request([MessageInput("user", "go")], [EXEC, PATCH]))
+    assert scripted.branch_names(1) == ["exec_command", "apply_patch", "final_answer"]
+
+
+async def test_an_answer_while_the_request_is_visibly_unfinished_must_become_a_call(
+    install: Callable[..., LocalModel],
+) -> None:
+    items: list[InputItem] = [
+        MessageInput("user", "Run `python3 t.py src` and copy t.py to /workspace/out/t.py."),
+        FunctionCallInput("c1", "exec_command", '{"cmd": "python3 t.py src"}'),
+        FunctionCallOutputInput("c1", "exit_code: 0\nsrc\n"),
+    ]
+    scripted = ScriptedModel(_answer("Done."), _call("cp t.py /workspace/out/t.py", "Copy it."))
+    _, response = await _collect(install(scripted), _request(items))
+    assert "Not done yet: no tool call has used /workspace/out/t.py yet." in scripted.prompts[1]
+    assert scripted.branch_names(1) == ["exec_command"]  # no final_answer branch
+    assert [c.arguments["cmd"] for c in response.tool_calls] == ["cp t.py /workspace/out/t.py"]
+
+
+async def test_an_answer_after_a_check_that_found_nothing_missing_is_let_through(
+    install: Callable[..., LocalModel],
+) -> None:
+    items: list[InputItem] = [
+        MessageInput("user", "Run `python3 t.py src`."),
+        FunctionCallInput("c1", "exec_command", '{"cmd": "python3 t.py src"}'),
+        FunctionCallOutputInput("c1", "exit_code: 0\nsrc\n"),
+    ]
+    scripted = ScriptedModel(_answer("It printed src."), _answer("It printed src."))
+    _, response = await _collect(install(scripted), _request(items))
+    assert scripted.branch_names(1) == ["exec_command", "final_answer"]
+    assert response.text == "It printed src."

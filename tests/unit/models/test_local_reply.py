@@ -178,3 +178,12 @@ def test_optional_arguments_are_left_out_of_the_grammar() -> None:
     arguments = reply_schema([tool])["oneOf"][0]["properties"]["arguments"]
     assert list(arguments["properties"]) == ["command"]
     assert arguments["required"] == ["command"]
+
+
+def test_without_the_answer_only_the_tools_remain() -> None:
+    tool = ToolSpec("shell", "Run.", {"type": "object", "properties": {"command": {"type": "string"}}}, "workspace")
+    names = [b["properties"]["name"]["const"] for b in reply_schema([tool], allow_answer=False)["oneOf"]]
+    assert names == ["shell"]
+    # With no tool to call, the answer stays: a reply must always be possible.
+    only = reply_schema([tool], allow_tools=False, allow_answer=False)["oneOf"]
+    assert [b["properties"]["name"]["const"] for b in only] == ["final_answer"]
