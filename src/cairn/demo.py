@@ -142,7 +142,8 @@ _DEEP = ("level3", "deepest.txt")
 async def check_tree_script(script: Path) -> str:
     """Run a delivered tree.py in the sandbox on a known tree; "" if it works, else why not.
 
-    It must exit 0 and show the whole tree for `python3 tree.py demo`, and for
+    It must exit 0 and show the whole tree of `demo` (and not the directory around it) for
+    `python3 tree.py demo`, and for
     `python3 tree.py demo --max-depth 1` show the first level but nothing three levels
     down. The script is the agent's code, so it runs in the sandbox, never on the host.
     """
@@ -157,6 +158,8 @@ async def check_tree_script(script: Path) -> str:
         missing = [name for name in _SHALLOW + _DEEP if name not in full]
         if missing:
             return f"`python3 tree.py demo` does not show {', '.join(missing)}"
+        if "tree.py" in full:  # the script sits next to demo/, not in it
+            return "`python3 tree.py demo` ignores its path argument (it lists the current directory)"
         limited, problem = await _run_check(backend, workspace, "python3 tree.py demo --max-depth 1")
         if problem:
             return problem

@@ -70,8 +70,9 @@ async def test_the_scripted_demos_turn_1_script_has_no_depth_limit_yet(tmp_path:
             "`python3 tree.py demo --max-depth 1` exits 2",
         ),
         (WORKING.replace("limit = int(args[at + 1])", "limit = None"), "`--max-depth 1` does not limit the depth"),
+        (WORKING.replace('show(args[0] if args else ".", 0, limit)', 'show(".", 0, limit)'), "ignores its path argument"),
     ],
-    ids=["syntax-error", "lost-newline", "prints-nothing", "no-option", "ignores-the-limit"],
+    ids=["syntax-error", "lost-newline", "prints-nothing", "no-option", "ignores-the-limit", "ignores-the-path"],
 )
 async def test_a_script_that_does_not_do_what_was_asked_fails(tmp_path: Path, text: str, expected: str) -> None:
     assert expected in await check_tree_script(_script(tmp_path, text))
