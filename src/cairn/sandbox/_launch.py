@@ -51,6 +51,10 @@ class LaunchedBackend(SandboxBackend):
     ) -> tuple[list[str], dict[str, str], str]:
         """argv, environment and working directory of the process the launcher execs."""
 
+    def _files(self) -> list[tuple[int, str | bytes]]:
+        """Descriptors the launched program inherits (`LaunchSpec.files`); by default none."""
+        return []
+
     def _confinement(
         self, request: ExecRequest, scratch: Path | None
     ) -> tuple[Rootfs | None, Landlock | None]:
@@ -102,6 +106,7 @@ class LaunchedBackend(SandboxBackend):
             "user": None if self._account is None else (self._account.uid, self._account.gid),
             "network": request.network,
             "seccomp": self.seccomp,
+            "files": self._files(),
             "rootfs": rootfs,
             "landlock": landlock,
         }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
@@ -25,7 +26,7 @@ def plain(command: str) -> LaunchSpec:
     return {
         "argv": ["/bin/sh", "-c", command], "env": {"PATH": DEFAULT_PATH}, "cwd": "/",
         "workspace": "/", "cgroup_join": [], "rlimits": [], "user": None, "network": True,
-        "seccomp": False, "rootfs": None, "landlock": None,
+        "seccomp": False, "files": [], "rootfs": None, "landlock": None,
     }
 
 
@@ -66,3 +67,21 @@ async def test_commands_die_with_their_fork_server() -> None:
     with anyio.fail_after(10):
         while host_processes_with(marker):
             await anyio.sleep(0.02)
+
+
+async def test_files_are_handed_to_the_program_by_number(tmp_path: Path) -> None:
+    host_file = tmp_path / "host.txt"
+    host_file.write_text("from the host\n")
+    spec = plain("cat <&10; cat <&11; cat <&12; echo end; ls /proc/self/fd")
+    spec["argv"][0] = "/bin/bash"  # dash reads only single-digit descriptors
+    spec["files"] = [(10, str(host_file)), (11, b"given content\n"), (12, str(tmp_path / "gone"))]
+    command = ForkServer().start(spec)
+    try:
+        await command.started()
+        output = b"".join([chunk async for chunk in command.output()]).decode()
+        assert await command.wait() == 0
+    finally:
+        command.close()
+    text, _, descriptors = output.partition("end\n")
+    assert text == "from the host\ngiven content\n"  # a missing file reads as empty
+    assert {"10", "11", "12"} <= set(descriptors.split())

@@ -7,8 +7,9 @@ Steps, in an order that matters:
    namespaces and fork; this process stays outside as the waiter and the child, pid 1 of
    the new pid namespace (so nothing survives it), builds and pivots into the new root;
 3. `landlock` mode: stays in the host's namespaces and restricts itself to an allowlist;
-4. drop to the unprivileged user (no capabilities, no_new_privs), install the seccomp
-   filter, exec the command (`/bin/sh -c <command>`, or bwrap, which confines itself).
+4. drop to the unprivileged user (no capabilities, no_new_privs), open the files the
+   program is handed (as that user), install the seccomp filter, exec the command
+   (`/bin/sh -c <command>`, or bwrap, which confines itself).
 
 A failure before the exec prints one line to stderr (the command's output) and exits 125,
 the status shells use for "could not run"; the backend turns that into a `SandboxError`.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import resource
+import stat
 import sys
 
 from . import landlock, loopback, mounts, privileges, seccomp
@@ -101,6 +103,8 @@ def _confine_and_exec(spec: LaunchSpec) -> None:
         privileges.drop_privileges(*spec["user"])
     else:
         privileges.set_no_new_privs()
+    for number, source in spec["files"]:
+        _hand_over(number, source)
     if rules is not None:
         landlock.restrict_self(
             abi=rules["abi"], read_write=rules["read_write"], read_only=rules["read_only"],
@@ -110,3 +114,30 @@ def _confine_and_exec(spec: LaunchSpec) -> None:
         seccomp.install_filter(deny_network=rules is not None and not spec["network"])
     os.chdir(spec["cwd"])
     os.execve(spec["argv"][0], spec["argv"], spec["env"])
+
+
+def _hand_over(number: int, source: str | bytes) -> None:
+    """Make descriptor `number` (inherited across exec) read `source` from its start.
+
+    A path is opened now, as the command's user, so the program sees the file's current
+    content with the permissions a bind mount would give; one that is missing or not a
+    regular file (a FIFO must not block the launch) reads as empty.
+    """
+    if isinstance(source, bytes):
+        fd = os.memfd_create("cairn-file", 0)
+        os.write(fd, source)
+        os.lseek(fd, 0, os.SEEK_SET)
+    else:
+        try:
+            fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            fd = os.memfd_create("cairn-file", 0)
+        else:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                fd = os.memfd_create("cairn-file", 0)
+    if fd != number:
+        os.dup2(fd, number)  # inheritable
+        os.close(fd)
+    else:
+        os.set_inheritable(fd, True)

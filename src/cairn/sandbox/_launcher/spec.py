@@ -40,6 +40,9 @@ if TYPE_CHECKING:
         user: tuple[int, int] | None  # (uid, gid) to become; None keeps the caller's
         network: bool
         seccomp: bool  # install the seccomp denylist (not for bwrap: it has its own)
+        # Descriptors the exec'd program inherits, by number: a host path (opened read-only
+        # as the command's user) or content (in a memfd); bwrap copies them into its root.
+        files: list[tuple[int, str | bytes]]
         rootfs: Rootfs | None
         landlock: Landlock | None
 
