@@ -318,24 +318,38 @@ class CommandCgroup:
         self.kill()
         self.remove()
 
+    @property
+    def removed(self) -> bool:
+        """Every leaf is gone (`remove` succeeded): nothing is left to kill or remove."""
+        return not self._leaves
+
     def remove(self) -> None:
         """Remove the leaves, waiting briefly for killed members to finish exiting.
 
         A leaf still busy after that is logged and left behind (it holds no process that
-        can run: every member was SIGKILLed), rather than failing the command.
+        can run: every member was SIGKILLed), rather than failing the command; a later
+        `dispose` tries it again. Removed leaves are forgotten.
         """
         for leaf in self._leaves:
             for attempt in range(_REMOVE_ATTEMPTS):
                 try:
                     leaf.rmdir()
-                    break
                 except FileNotFoundError:
-                    break
+                    pass
                 except OSError as exc:
                     if exc.errno != errno.EBUSY or attempt == _REMOVE_ATTEMPTS - 1:
                         logger.warning("could not remove cgroup %s: %s", leaf, exc)
                         break
                     time.sleep(_REMOVE_PAUSE_S)
+                    continue
+                self._forget(leaf)
+                break
+
+    def _forget(self, leaf: Path) -> None:
+        if leaf == self._v2_leaf:
+            self._v2_leaf = None
+        else:
+            self._v1_leaves.remove(leaf)
 
     def _members(self) -> set[int]:
         members: set[int] = set()

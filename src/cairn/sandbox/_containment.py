@@ -40,9 +40,14 @@ class CommandContainment:
         return [str(path) for path in self.cgroup.join_files] if self.cgroup is not None else []
 
     async def reap_leftovers(self) -> None:
-        """Kill every process still in the command's cgroups."""
+        """Kill every process still in the command's cgroups, then remove them.
+
+        Called once the command's main process has ended; one trip to a worker thread
+        for both (each trip costs a wake-up, on the path from the command's exit to the
+        result). The cleanup in `Containment.command` then has nothing left to do.
+        """
         if self.cgroup is not None:
-            await run_sync(self.cgroup.kill)
+            await run_sync(self.cgroup.dispose)
 
 
 class Containment:
@@ -102,7 +107,7 @@ class Containment:
         try:
             yield CommandContainment(cgroup=cgroup, rlimits=self.rlimit_plan(limits))
         finally:
-            if cgroup is not None:
+            if cgroup is not None and not cgroup.removed:  # e.g. the command never started
                 with anyio.CancelScope(shield=True):
                     await run_sync(cgroup.dispose)
 

@@ -116,6 +116,7 @@ def test_real_host_v1_leaves_are_joined_through_tasks_and_killed() -> None:
     if not host.v1:
         pytest.skip(f"no writable cgroup v1 hierarchy here: {host.describe()}")
     cgroup = CommandCgroup.create(host, ResourceLimits())
+    leaves = [join.parent for join in cgroup.join_files]
     try:
         assert [path.name for path in cgroup.join_files] == ["tasks"] * len(host.v1)
         ready_read, ready_write = os.pipe()
@@ -138,7 +139,8 @@ def test_real_host_v1_leaves_are_joined_through_tasks_and_killed() -> None:
         assert os.waitpid(child, 0)[1] != 0
     finally:
         cgroup.dispose()
-    assert not any(join.parent.exists() for join in cgroup.join_files)
+    assert leaves and not any(leaf.exists() for leaf in leaves)
+    assert cgroup.removed and cgroup.join_files == []
 
 
 def test_real_host_cgroups_and_stale_leaves_of_dead_servers() -> None:
