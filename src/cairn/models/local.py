@@ -199,8 +199,8 @@ class LocalModel(Model):
         tools = {tool.name: tool for tool in request.tools}
         usage = Usage()
         # Terminates: the check happens once, a cut-off reply is retried once, a Python
-        # file that does not compile is sent back once, and after two repeats only the
-        # answer is allowed, so at most six attempts are made.
+        # file that does not compile is sent back once, and after two repeats (three while
+        # the check sees an undone part) only the answer is allowed: at most seven attempts.
         while True:
             attempt: _Attempt | None = None
             # aclosing: if our consumer stops early, the attempt's cleanup (handing the
@@ -240,7 +240,13 @@ class LocalModel(Model):
             if isinstance(reply, ToolCallReply) and _is_repeat(calls, reply):
                 _log.info("local model repeated %s; asking again", reply.name)
                 repeats += 1
-                reminder, allow_tools, may_answer, must_call = _REPEAT_REMINDER, repeats < 2, True, False
+                # Measured: the guard's forced answer ended turns that had not yet run
+                # the command the request asked for (the model kept writing sample files
+                # under one thought). While the check sees such a part, the reminder names
+                # it and one more call is allowed before only the answer is.
+                unfinished = check_turn(request)[1]
+                reminder = _REPEAT_REMINDER + "".join(f"\nNot done yet: {part}." for part in unfinished)
+                allow_tools, may_answer, must_call = repeats < (3 if unfinished else 2), True, False
                 continue
             if isinstance(reply, ToolCallReply) and problem is not None and not is_syntax_shown:
                 # Shown once, before anything is written: re-writing a broken file after

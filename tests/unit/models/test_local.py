@@ -416,3 +416,21 @@ async def test_an_answer_after_a_check_that_found_nothing_missing_is_let_through
     _, response = await _collect(install(scripted), _request(items))
     assert scripted.branch_names(1) == ["exec_command", "final_answer"]
     assert response.text == "It printed src."
+
+
+async def test_a_repeat_while_the_request_is_visibly_unfinished_names_what_is_left(
+    install: Callable[..., LocalModel],
+) -> None:
+    items: list[InputItem] = [
+        MessageInput("user", "Make files, then run `python3 t.py src`."),
+        MessageInput("assistant", "Make a file."),
+        FunctionCallInput("c1", "exec_command", '{"cmd": "touch a"}'),
+        FunctionCallOutputInput("c1", "exit_code: 0\n"),
+    ]
+    scripted = ScriptedModel(
+        _call("touch a", "Make a file."), _call("touch a", "Make a file."), _call("python3 t.py src", "Run it.")
+    )
+    _, response = await _collect(install(scripted), _request(items))
+    assert "Not done yet: `python3 t.py src` has not run successfully yet." in scripted.prompts[1]
+    assert scripted.branch_names(2) == ["exec_command", "final_answer"]  # a third try is allowed
+    assert [c.arguments["cmd"] for c in response.tool_calls] == ["python3 t.py src"]
