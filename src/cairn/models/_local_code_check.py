@@ -28,6 +28,7 @@ from cairn.models.base import ToolSpec
 
 __all__ = [
     "PythonSyntaxProblem",
+    "is_shell_commands",
     "python_syntax_error",
     "repair_python_escapes",
     "written_python_file",
@@ -76,6 +77,26 @@ def written_python_file(tool: ToolSpec | None, arguments: Mapping[str, Any]) -> 
     if not path.strip().lower().endswith(_PYTHON_SUFFIXES):
         return None
     return path, content
+
+
+# Commands the model was seen writing into files instead of running them (mkdir lines as
+# the "content" of /workspace/demo, a cp line as the content of the copy it was asked for).
+_SHELL_WORDS = frozenset(
+    {"cd", "chmod", "cp", "echo", "ln", "ls", "mkdir", "mv", "pip", "pip3", "python", "python3", "rm", "sh", "touch"}
+)
+_SCRIPT_SUFFIXES = (".sh", ".bash", ".zsh")
+
+
+def is_shell_commands(path: str, content: str) -> bool:
+    """Whether `content` is a list of shell commands being saved into a file that is no script.
+
+    True only when every non-blank line starts with a common command and the file is not a
+    shell script (no script suffix, no `#!` line): such a file was meant to be run.
+    """
+    if path.strip().lower().endswith(_SCRIPT_SUFFIXES) or content.lstrip().startswith("#!"):
+        return False
+    lines = [line.split() for line in content.splitlines() if line.strip()]
+    return bool(lines) and all(words[0] in _SHELL_WORDS for words in lines)
 
 
 def python_syntax_error(source: str, filename: str = "<file>") -> PythonSyntaxProblem | None:

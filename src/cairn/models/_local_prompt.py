@@ -28,7 +28,7 @@ from cairn.models.base import (
     ToolSpec,
 )
 
-__all__ = ["MAX_TOOL_OUTPUT_CHARS", "check_turn", "render_check_reminder", "render_prompt", "render_syntax_reminder", "render_tools"]
+__all__ = ["MAX_TOOL_OUTPUT_CHARS", "check_turn", "render_check_reminder", "render_commands_in_file_reminder", "render_prompt", "render_syntax_reminder", "render_tools"]
 
 # One command's output can be megabytes; the model only needs its beginning and its end
 # (where errors and summaries are), and its context holds a few thousand tokens.
@@ -199,6 +199,15 @@ def _brief(arguments: str) -> str:
     if not isinstance(value, dict):
         return " ".join(str(value).split())[:60]
     return ", ".join(f"{k}={' '.join(str(v).split())[:50]}" for k, v in value.items())
+
+
+def render_commands_in_file_reminder(tool: str, path: str, runner: str | None) -> str:
+    """Sends back a call that would save shell commands as the content of a file."""
+    run = f"Run commands with {runner} instead" if runner else "Run commands with a tool that runs them"
+    return (
+        f"Your {tool} call was not run: the content you gave for {path} is shell commands, and "
+        f"{tool} only saves text into a file, it runs nothing. {run}, one call per command."
+    )
 
 
 def render_syntax_reminder(tool: str, path: str, error: str) -> str:

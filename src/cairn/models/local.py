@@ -23,7 +23,7 @@ import json
 import logging
 import secrets
 from dataclasses import replace
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +34,20 @@ import anyio
 from cairn._concurrency import run_sync
 from cairn.errors import InvalidRequestError, ModelError
 from cairn.models._local_answer_stream import AnswerStream
-from cairn.models._local_code_check import PythonSyntaxProblem, python_syntax_error, repair_python_escapes, written_python_file
+from cairn.models._local_code_check import (
+    PythonSyntaxProblem,
+    is_shell_commands,
+    python_syntax_error,
+    repair_python_escapes,
+    written_python_file,
+)
 from cairn.models._local_guard import TurnCalls, call_key, intent_key, is_looping, turn_calls
-from cairn.models._local_prompt import check_turn, render_prompt, render_syntax_reminder
+from cairn.models._local_prompt import (
+    check_turn,
+    render_commands_in_file_reminder,
+    render_prompt,
+    render_syntax_reminder,
+)
 from cairn.models._local_reply import (
     FINAL_ANSWER,
     FinalAnswer,
@@ -195,11 +206,12 @@ class LocalModel(Model):
         # anyway, claiming the work was done).
         must_call = False
         repeats = cut_offs = 0
-        is_syntax_shown = False
+        is_content_sent_back = False
         tools = {tool.name: tool for tool in request.tools}
         usage = Usage()
         # Terminates: the check happens once, a cut-off reply is retried once, a Python
-        # file that does not compile is sent back once, and after two repeats (three while
+        # file that does not compile or shell commands saved as a file are sent back once
+        # (together), and after two repeats (three while
         # the check sees an undone part) only the answer is allowed: at most seven attempts.
         while True:
             attempt: _Attempt | None = None
@@ -248,12 +260,21 @@ class LocalModel(Model):
                 reminder = _REPEAT_REMINDER + "".join(f"\nNot done yet: {part}." for part in unfinished)
                 allow_tools, may_answer, must_call = repeats < (3 if unfinished else 2), True, False
                 continue
-            if isinstance(reply, ToolCallReply) and problem is not None and not is_syntax_shown:
+            if isinstance(reply, ToolCallReply) and not is_content_sent_back and _saves_commands(reply, tools):
+                # The same once-per-step send-back as a broken Python file below (measured:
+                # `mkdir` lines saved as /workspace/demo, a `cp` line saved as the copy).
+                _log.info("local model tried to save shell commands into a file; sending it back")
+                is_content_sent_back = True
+                reminder = render_commands_in_file_reminder(
+                    reply.name, str(reply.arguments.get("path")), _runner_name(request.tools)
+                )
+                continue
+            if isinstance(reply, ToolCallReply) and problem is not None and not is_content_sent_back:
                 # Shown once, before anything is written: re-writing a broken file after
                 # running it, the model tended to repeat the same mistake. A second broken
                 # write goes through, and running it shows the model the error.
                 _log.info("local model wrote Python that does not compile; showing it the error")
-                is_syntax_shown = True
+                is_content_sent_back = True
                 reminder = render_syntax_reminder(reply.name, str(reply.arguments.get("path")), problem.describe())
                 continue
             if isinstance(reply, ToolCallReply):
@@ -361,6 +382,22 @@ def _check_python_write(
         arguments = {**reply.arguments, "content": repaired}
         return ToolCallReply(reply.name, arguments, reply.thought), None
     return reply, python_syntax_error(content, path)
+
+
+def _saves_commands(reply: ToolCallReply, tools: dict[str, ToolSpec]) -> bool:
+    tool = tools.get(reply.name)
+    if tool is None or not {"path", "content"} <= set((tool.parameters.get("properties") or {}).keys()):
+        return False
+    path, content = reply.arguments.get("path"), reply.arguments.get("content")
+    return isinstance(path, str) and isinstance(content, str) and is_shell_commands(path, content)
+
+
+def _runner_name(tools: Sequence[ToolSpec]) -> str | None:
+    """The tool that runs commands: the one taking a `command` (or `cmd`) argument."""
+    for tool in tools:
+        if {"command", "cmd"} & set((tool.parameters.get("properties") or {}).keys()):
+            return tool.name
+    return None
 
 
 def _is_repeat(calls: TurnCalls, reply: ToolCallReply) -> bool:

@@ -434,3 +434,15 @@ async def test_a_repeat_while_the_request_is_visibly_unfinished_names_what_is_le
     assert "Not done yet: `python3 t.py src` has not run successfully yet." in scripted.prompts[1]
     assert scripted.branch_names(2) == ["exec_command", "final_answer"]  # a third try is allowed
     assert [c.arguments["cmd"] for c in response.tool_calls] == ["python3 t.py src"]
+
+
+async def test_shell_commands_saved_as_a_file_are_sent_back_once(install: Callable[..., LocalModel]) -> None:
+    shell = ToolSpec("shell", "Run.", {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}, "workspace")
+    copy = "cp /workspace/tree.py /workspace/outputs/tree.py"
+    scripted = ScriptedModel(
+        _write("/workspace/outputs/tree.py", copy, "Copy it."),
+        json.dumps({"thought": "Copy it.", "name": "shell", "arguments": {"command": copy}}),
+    )
+    _, response = await _collect(install(scripted), _request([MessageInput("user", "go")], [WRITE, shell]))
+    assert "is shell commands" in scripted.prompts[1] and "Run commands with shell instead" in scripted.prompts[1]
+    assert (response.tool_calls[0].name, response.tool_calls[0].arguments["command"]) == ("shell", copy)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from cairn.models._local_code_check import (
+    is_shell_commands,
     python_syntax_error,
     repair_python_escapes,
     written_python_file,
@@ -79,3 +80,13 @@ def test_only_python_files_saved_by_a_file_writing_tool_are_checked() -> None:
     assert written_python_file(RUNNER, {"command": "python3 tree.py"}) is None
     assert written_python_file(None, {"path": "a.py", "content": "x"}) is None
     assert written_python_file(WRITER, {"path": "a.py", "content": 3}) is None
+
+
+def test_shell_commands_saved_as_a_file_are_recognized() -> None:
+    assert is_shell_commands("/workspace/outputs/tree.py", "cp /workspace/tree.py /workspace/outputs/tree.py")
+    assert is_shell_commands("/workspace/demo", "mkdir demo\nmkdir demo/a\n\ncd demo\necho 'x' > f\n")
+    assert not is_shell_commands("setup.sh", "mkdir demo\n")  # a shell script is meant to hold them
+    assert not is_shell_commands("run", "#!/bin/sh\nmkdir demo\n")
+    assert not is_shell_commands("notes.txt", "mkdir is the command that makes folders\nand more")
+    assert not is_shell_commands("tree.py", "import os\nprint(os.getcwd())\n")
+    assert not is_shell_commands("empty.txt", "")
