@@ -51,8 +51,12 @@ def call_key(name: str, arguments: Mapping[str, Any] | str) -> CallKey:
 
 
 def intent_key(name: str, thought: str) -> CallKey:
-    """What a call means to do: its tool and its thought, whatever its arguments."""
-    return (name, " ".join(thought.lower().split()))
+    """What a call means to do: its tool and its thought, whatever its arguments.
+
+    Numbers count as equal, as in `is_looping`: the model also loops by counting in its
+    thought (seen: `--max-depth 2`, `3`, … `12`, one call each, until the call cap).
+    """
+    return (name, re.sub(r"\d+", "0", " ".join(thought.lower().split())))
 
 
 @dataclass(frozen=True, slots=True)

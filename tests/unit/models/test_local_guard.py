@@ -84,6 +84,17 @@ def test_a_third_call_in_a_row_with_the_same_intent_is_a_repeat() -> None:
     assert not calls.is_repeat(_key("touch c"), intent_key("other_tool", thought))
 
 
+def test_a_thought_that_only_counts_up_keeps_its_intent() -> None:
+    items = [
+        MessageInput("user", "go"),
+        *_call("run --max-depth 2", 1, "Run it with --max-depth 2."),
+        *_call("run --max-depth 3", 2, "Run it with --max-depth 3."),
+    ]
+    calls = turn_calls(items)
+    assert calls.is_repeat(_key("run --max-depth 4"), intent_key("exec_command", "Run it with --max-depth 4."))
+    assert not calls.is_repeat(_key("cp a b"), intent_key("exec_command", "Copy it."))
+
+
 def test_two_calls_with_the_same_intent_are_fine() -> None:
     thought = "Create a few sample files."
     calls = turn_calls([MessageInput("user", "go"), *_call("touch a", 1, thought)])
