@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 MAX_READ_BYTES = 256 * 1024
+_INLINE_WRITE_BYTES = 256 * 1024
 MAX_TIMEOUT_MS = 3_600_000
 
 
@@ -113,17 +114,26 @@ def parse_shell_arguments(arguments: Mapping[str, Any]) -> ShellArguments:
 
 
 async def run_file_tool(name: str, arguments: Mapping[str, Any], files: WorkspaceFiles) -> str:
-    """Run a file tool and return its output text; raises `InvalidRequestError` for tool errors."""
+    """Run a file tool and return its output text; raises `InvalidRequestError` for tool errors.
+
+    Reads (at most `MAX_READ_BYTES`) and writes of up to `_INLINE_WRITE_BYTES` run on the event
+    loop: on a local disk they take microseconds, a thread hop takes longer than the work
+    (the same trade as SQLite's, `cairn.store.db`). Patches can touch large files and go to
+    a worker thread.
+    """
     parsed = _parse(name, arguments)
     if isinstance(parsed, _ReadFile):
-        data = await run_sync(files.read_bytes, parsed.path, max_bytes=MAX_READ_BYTES)
+        data = files.read_bytes(parsed.path, max_bytes=MAX_READ_BYTES)
         try:
             return data.decode()
         except UnicodeDecodeError:
             raise InvalidRequestError(f"{parsed.path} is not UTF-8 text", param="path") from None
     if isinstance(parsed, _WriteFile):
         data = parsed.content.encode()
-        await run_sync(files.write_bytes, parsed.path, data)
+        if len(data) <= _INLINE_WRITE_BYTES:
+            files.write_bytes(parsed.path, data)
+        else:
+            await run_sync(files.write_bytes, parsed.path, data)
         return f"wrote {len(data)} bytes to /workspace/{workspace_relative(parsed.path)}"
     assert isinstance(parsed, _ApplyPatch)
     return await run_sync(_apply_patch, parsed.patch, files)

@@ -26,6 +26,7 @@ from cairn.sandbox.base import WORKSPACE_MOUNT
 __all__ = ["PathEscapeError", "WorkspaceFiles", "workspace_relative"]
 
 _MAX_SYMLINK_HOPS = 40
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
 class PathEscapeError(InvalidRequestError):
@@ -60,7 +61,10 @@ class FileInfo:
 
 
 class WorkspaceFiles:
-    """Blocking operations; call them through `run_sync`."""
+    """Synchronous file operations. None of them can wait on anything but the local disk:
+    every open is non-blocking, so a FIFO or device planted in the workspace is refused
+    instead of hanging (the caller decides whether an operation is small enough for the
+    event loop)."""
 
     def __init__(self, root: Path, owner: tuple[int, int] | None = None) -> None:
         self.root = root
@@ -133,7 +137,7 @@ class WorkspaceFiles:
                 redirect = self._final_symlink(path, dir_fd, name)
                 if redirect is None:
                     try:
-                        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+                        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
                     except FileNotFoundError:
                         raise InvalidRequestError(f"no such file: {path}", param="path") from None
                     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -152,7 +156,12 @@ class WorkspaceFiles:
             with self._parent(path, create=True) as (dir_fd, name):
                 redirect = self._final_symlink(path, dir_fd, name)
                 if redirect is None:
-                    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
+                    try:
+                        fd = os.open(name, _WRITE_FLAGS, 0o644, dir_fd=dir_fd)
+                    except OSError as exc:
+                        if exc.errno != errno.ENXIO:  # a FIFO nobody reads
+                            raise
+                        raise InvalidRequestError(f"{path} is not a regular file", param="path") from None
                     with os.fdopen(fd, "wb") as f:
                         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                             raise InvalidRequestError(f"{path} is not a regular file", param="path")
@@ -198,7 +207,7 @@ class WorkspaceFiles:
     def open_regular(self, path: str) -> int:
         """An fd for reading a regular file found by `regular_files` (no symlink following)."""
         with self._parent(path, create=False) as (dir_fd, name):
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
                 raise InvalidRequestError(f"{path} is not a regular file", param="path")

@@ -109,3 +109,15 @@ def test_listing_never_follows_symlinks(files: WorkspaceFiles, outside: Path) ->
 def test_an_outputs_symlink_pointing_out_lists_nothing_outside(files: WorkspaceFiles, outside: Path) -> None:
     os.symlink(outside, files.root / "outputs")
     assert list(files.regular_files("outputs")) == []
+
+
+def test_a_fifo_in_the_workspace_is_refused_instead_of_hanging(files: WorkspaceFiles) -> None:
+    # Opening a FIFO for reading, or for writing with no reader, would block forever.
+    os.mkfifo(files.root / "pipe")
+    with pytest.raises(InvalidRequestError, match="not a regular file"):
+        files.read_bytes("pipe", max_bytes=10)
+    with pytest.raises(InvalidRequestError, match="not a regular file"):
+        files.write_bytes("pipe", b"x")
+    with pytest.raises(InvalidRequestError, match="not a regular file"):
+        files.open_regular("pipe")
+    assert (files.root / "pipe").is_fifo()
