@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import Recorder, Run
+from conftest import Recorder, Run, requires_capability
 
 from cairn.errors import InvalidRequestError, WorkspaceError
 from cairn.sandbox import WORKSPACE_MOUNT, ExecRequest, SandboxBackend
@@ -62,6 +62,23 @@ async def test_working_directory_is_the_workspace(
     assert made.read_text() == "made\n"
     owner = backend.file_owner or (os.geteuid(), os.getegid())
     assert (made.stat().st_uid, made.stat().st_gid) == owner
+
+
+async def test_own_root_shows_current_etc_files_read_only(
+    backend: SandboxBackend, run: Run, new_workspace
+) -> None:
+    """Allowlisted /etc files carry the host's content (copied or bound), the generated
+    passwd names the sandbox user, and none of it is writable."""
+    requires_capability(backend, "workspace_mount", "a backend without its own root shows the host's /etc")
+    workspace = await new_workspace()
+    result, output = await run(
+        "cat /etc/os-release; grep -c '^sandbox:' /etc/passwd; "
+        "echo pwned >> /etc/os-release && echo WROTE; ls /etc/shadow 2>&1 || true", workspace
+    )
+    assert result.exit_code == 0, output
+    assert output.startswith(Path("/etc/os-release").read_text())
+    assert "\n1\n" in output and "WROTE" not in output
+    assert "No such file" in output  # nothing outside the allowlist
 
 
 async def test_environment_is_the_allowlist_plus_session_env(
