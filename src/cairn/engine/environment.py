@@ -4,8 +4,9 @@ Each session with a hosted environment owns `<data-dir>/workspaces/<session_id>`
 sandbox shows as `/workspace`. A turn `acquire`s the workspace: the snapshot lifecycle
 reuses it (fingerprint unchanged), restores it from the latest snapshot, or materialises it
 fresh. An idle session is `suspend`ed: its workspace is persisted as a new snapshot (stop
-only persists) and its lifecycle released. The files stay on disk, so the next turn's start
-is usually a skip; on another host, or after the directory was lost, it is a restore.
+only persists) and its lifecycle released, and so is what the sandbox keeps for it (a
+session container). The files stay on disk, so the next turn's start is usually a skip;
+on another host, or after the directory was lost, it is a restore.
 Lifecycles live in the process that runs the session's turns (the job lease makes that
 exclusive); a restart simply starts a new one.
 """
@@ -122,6 +123,7 @@ class Environments:
             result = await lifecycle.stop()
             await lifecycle.shutdown()
             del self._live[session_id]
+            await self.sandbox.release_workspace(self.workspace_of(session_id))
             return result
 
     async def remove(self, tenant: str, session_id: str) -> None:
@@ -130,6 +132,7 @@ class Environments:
             lifecycle = self._live.pop(session_id, None)
             if lifecycle is not None:
                 await lifecycle.shutdown()
+            await self.sandbox.release_workspace(self.workspace_of(session_id))
             await run_sync(_remove_tree, self.workspace_of(session_id))
             await self.snapshots.forget(SnapshotScope(tenant, session_id))
         self._locks.pop(session_id, None)

@@ -73,11 +73,13 @@ class ForkServer:
         self._control: socket.socket | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
-    def start(self, spec: LaunchSpec) -> ForkedCommand:
+    def start(self, spec: LaunchSpec, passed_fd: int | None = None) -> ForkedCommand:
         """Hand `spec` to the fork server; the command's pid arrives via `ForkedCommand.started`.
 
-        Blocking only for a few system calls (and, the first time, for starting the fork
-        server). Raises `SandboxError` if the fork server cannot be reached.
+        `passed_fd` (a copy of it; the caller keeps its own) reaches the launcher as
+        `PASSED_FD`. Blocking only for a few system calls (and, the first time, for
+        starting the fork server). Raises `SandboxError` if the fork server cannot be
+        reached.
         """
         output_read, output_write = output_pipe()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -85,7 +87,8 @@ class ForkServer:
         try:
             os.write(spec_fd, marshal.dumps(dict(spec)))
             os.lseek(spec_fd, 0, os.SEEK_SET)
-            fds = array.array("i", [spec_fd, output_write, theirs.fileno()])
+            passed = [] if passed_fd is None else [passed_fd]
+            fds = array.array("i", [spec_fd, output_write, theirs.fileno(), *passed])
             with self._lock:
                 control = self._running()
                 try:
@@ -224,27 +227,57 @@ class ForkedCommand:
     def run_blocking(self, timeout_s: float) -> tuple[int, bytes]:
         """Run the command to its end without an event loop (startup probes); (status, output)."""
         deadline = time.monotonic() + timeout_s
-        output_fd = self._output_fd
-        assert output_fd is not None
-        chunks: list[bytes] = []
         try:
-            self._status.settimeout(timeout_s)
-            kind, self.pid, fds = _parse(*self._status.recvmsg(64, socket.CMSG_SPACE(4))[:2])
-            self._pidfd = fds[0] if fds else None
-            while True:
-                readable, _, _ = select.select([output_fd], [], [], deadline - time.monotonic())
-                if not readable:
-                    raise TimeoutError(f"no end of output within {timeout_s} s")
-                chunk = os.read(output_fd, OUTPUT_READ_SIZE)
-                if not chunk:
-                    break
-                chunks.append(chunk)
+            self._started_blocking(deadline)
+            output = self._read_blocking(deadline, until=None)
             self._status.settimeout(max(deadline - time.monotonic(), 0.001))
             kind, status, _ = _parse(*self._status.recvmsg(64)[:2])
         except (OSError, ValueError) as exc:  # TimeoutError and socket timeouts are OSErrors
             self.kill()
             raise SandboxError(f"a sandboxed probe did not finish: {exc}") from exc
-        return os.waitstatus_to_exitcode(status), b"".join(chunks)
+        return os.waitstatus_to_exitcode(status), output
+
+    def output_blocking(self, until: bytes, timeout_s: float) -> bytes:
+        """Block until the pid arrived and the output contains `until`, or ended; the
+        output read so far (a program that announces it is ready: bwrap session containers).
+
+        Raises `SandboxError` (after killing the command) if neither happens in time.
+        """
+        deadline = time.monotonic() + timeout_s
+        try:
+            self._started_blocking(deadline)
+            return self._read_blocking(deadline, until=until)
+        except (OSError, ValueError) as exc:
+            self.kill()
+            raise SandboxError(f"a sandboxed program did not start: {exc}") from exc
+
+    def has_exited(self) -> bool:
+        """Whether the main process has exited (without waiting; False before `started`)."""
+        if self._pidfd is None:
+            return False
+        return bool(select.select([self._pidfd], [], [], 0)[0])
+
+    def _started_blocking(self, deadline: float) -> None:
+        self._status.settimeout(max(deadline - time.monotonic(), 0.001))
+        try:
+            kind, self.pid, fds = _parse(*self._status.recvmsg(64, socket.CMSG_SPACE(4))[:2])
+        finally:
+            self._status.setblocking(False)
+        self._pidfd = fds[0] if fds else None
+
+    def _read_blocking(self, deadline: float, *, until: bytes | None) -> bytes:
+        output_fd = self._output_fd
+        assert output_fd is not None
+        output = b""
+        while until is None or until not in output:
+            readable, _, _ = select.select([output_fd], [], [], max(deadline - time.monotonic(), 0))
+            if not readable:
+                raise TimeoutError(f"no end of output within the time allowed: {output[-500:]!r}")
+            chunk = os.read(output_fd, OUTPUT_READ_SIZE)
+            if not chunk:
+                break
+            output += chunk
+        return output
 
     async def _receive(self) -> tuple[str, int, list[int]]:
         while True:

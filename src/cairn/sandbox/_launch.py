@@ -1,8 +1,9 @@
 """The shared body of every backend: a command is a `LaunchSpec` run by the fork server.
 
-A backend says what the command runs (`_command`: argv, env, working directory) and how it
+A backend says what the command runs (`_command`: argv, env, working directory), how it
 is confined (`_confinement`: a rootfs, Landlock rules, or nothing beyond what the argv
-itself does, as bwrap does); this class adds the command's cgroup leaves, rlimits and user
+itself does, as bwrap does) and, if it keeps one, which running container the command
+joins (`_container`); this class adds the command's cgroup leaves, rlimits and user
 (`_containment.py`, `_account.py`), hands the spec to the backend's fork server
 (`_forkserver.py`) and supervises the command (`_process.py`). The steps the child takes
 are in `_launcher/main.py`.
@@ -17,13 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from cairn._concurrency import run_sync
-from cairn.errors import SandboxError, WorkspaceError
+from cairn.errors import SandboxError
 from cairn.sandbox._account import SandboxAccount
 from cairn.sandbox._containment import CommandContainment, Containment
 from cairn.sandbox._forkserver import ForkServer
 from cairn.sandbox._launcher.main import LAUNCH_FAILED
 from cairn.sandbox._process import run_supervised
-from cairn.sandbox._workspace import hand_over_workspace
+from cairn.sandbox._workspace import WorkspaceIdentity, hand_over_workspace, workspace_identity
 from cairn.sandbox.base import ExecRequest, ExecResult, OutputSink, ResourceLimits, SandboxBackend
 
 if TYPE_CHECKING:
@@ -66,6 +67,14 @@ class LaunchedBackend(SandboxBackend):
         """A private writable directory for one command, if the backend needs one."""
         yield None
 
+    @asynccontextmanager
+    async def _container(
+        self, request: ExecRequest, identity: WorkspaceIdentity
+    ) -> AsyncIterator[int | None]:
+        """The running container the command joins (its init's pidfd, which the launcher
+        receives as `PASSED_FD`), held for the command's whole life; by default none."""
+        yield None
+
     @property
     def limits_in_force(self) -> Mapping[str, str]:
         return self._containment.limits_in_force()
@@ -79,17 +88,19 @@ class LaunchedBackend(SandboxBackend):
         await run_sync(hand_over_workspace, workspace, self._account)
 
     async def exec(self, request: ExecRequest, on_output: OutputSink) -> ExecResult:
-        if not await run_sync(request.workspace.is_dir):
-            raise WorkspaceError(f"workspace {request.workspace} is not a directory")
-        async with self._containment.command(request.limits) as contained:
-            async with self._scratch() as scratch:
-                command = self._forks.start(self._spec(request, contained, scratch))
-                return await run_supervised(
-                    command,
-                    timeout_s=request.timeout_s,
-                    on_output=on_output,
-                    reap_leftovers=contained.reap_leftovers,
-                )
+        identity = await run_sync(workspace_identity, request.workspace)
+        async with (
+            self._containment.command(request.limits) as contained,
+            self._scratch() as scratch,
+            self._container(request, identity) as container,
+        ):
+            command = self._forks.start(self._spec(request, contained, scratch), container)
+            return await run_supervised(
+                command,
+                timeout_s=request.timeout_s,
+                on_output=on_output,
+                reap_leftovers=contained.reap_leftovers,
+            )
 
     def _spec(
         self, request: ExecRequest, contained: CommandContainment, scratch: Path | None
@@ -109,10 +120,12 @@ class LaunchedBackend(SandboxBackend):
             "files": self._files(),
             "rootfs": rootfs,
             "landlock": landlock,
+            "join": None,
         }
 
-    def _probe(self, workspace: Path, scratch: Path | None) -> None:
-        """Run `true` the way every command runs; raise `SandboxError` with why it failed.
+    def _probe(self, workspace: Path, scratch: Path | None, container: int | None = None) -> None:
+        """Run `true` the way every command runs (joining `container`, if given); raise
+        `SandboxError` with why it failed.
 
         Blocking (call at startup, no event loop needed). It runs without cgroups, so a
         probe leaves nothing behind.
@@ -123,7 +136,7 @@ class LaunchedBackend(SandboxBackend):
         contained = CommandContainment(
             cgroup=None, rlimits=self._containment.rlimit_plan(request.limits)
         )
-        command = self._forks.start(self._spec(request, contained, scratch))
+        command = self._forks.start(self._spec(request, contained, scratch), container)
         try:
             returncode, output = command.run_blocking(_PROBE_TIMEOUT_S)
         finally:

@@ -9,12 +9,31 @@ server chown a host file.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from cairn.errors import WorkspaceError
 from cairn.sandbox._account import SandboxAccount
 
-__all__ = ["hand_over_workspace"]
+__all__ = ["WorkspaceIdentity", "hand_over_workspace", "workspace_identity"]
+
+# (st_dev, st_ino) of a workspace directory.
+WorkspaceIdentity = tuple[int, int]
+
+
+def workspace_identity(workspace: Path) -> WorkspaceIdentity:
+    """(device, inode) of the workspace directory; `WorkspaceError` if it is not one.
+
+    A backend that keeps a container bound to a workspace compares this before each
+    command: a directory made again at the same path is a different workspace.
+    """
+    try:
+        info = workspace.stat()
+    except OSError as exc:
+        raise WorkspaceError(f"workspace {workspace} is not a directory: {exc.strerror}") from exc
+    if not stat.S_ISDIR(info.st_mode):
+        raise WorkspaceError(f"workspace {workspace} is not a directory")
+    return info.st_dev, info.st_ino
 
 
 def hand_over_workspace(workspace: Path, account: SandboxAccount | None) -> None:

@@ -119,6 +119,11 @@ class SandboxBackend(abc.ABC):
     async def prepare_workspace(self, workspace: Path) -> None:
         """Make a freshly created workspace usable by sandboxed commands; no-op by default."""
 
+    async def release_workspace(self, workspace: Path) -> None:
+        """Release what the backend keeps for `workspace` between commands (a session
+        container), because its session was suspended or deleted; no-op by default. A
+        command still running in it is killed."""
+
     @abc.abstractmethod
     async def exec(self, request: ExecRequest, on_output: OutputSink) -> ExecResult:
         """Run `request.command` and stream its combined stdout/stderr to `on_output`."""

@@ -1,4 +1,10 @@
-"""The default sandbox: each command in a fresh bubblewrap container (design invariant 8).
+"""The default sandbox's per-command form: each command in a fresh bubblewrap container.
+
+Design invariant 8. Where the host allows it, the default is its session form instead
+(`bwrap_sessions.py`): the same container, started once per session workspace and
+network setting, which every command joins. This module is the profile both share and
+the fallback where that form does not work (no cgroups to find a command's processes,
+Landlock too old to keep commands off the container's init).
 
 Profile (research/sandbox.md §1 and Recommendation): every namespace unshared, a user
 namespace in which the command is uid/gid 1000 with no capabilities and no nested user
@@ -50,7 +56,7 @@ from cairn.sandbox._rootfs import (
 )
 from cairn.sandbox.base import WORKSPACE_MOUNT, ExecRequest
 
-__all__ = ["BwrapBackend"]
+__all__ = ["PER_COMMAND", "BwrapBackend", "bwrap_usage", "locate_bwrap", "workspace_argv"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +64,7 @@ logger = logging.getLogger(__name__)
 SANDBOX_UID = 1000
 # The descriptor numbers of the files handed to bwrap start here (0-2 are the command's).
 _FIRST_FILE_FD = 10
+PER_COMMAND = "a fresh bwrap container for each command"
 
 
 class BwrapBackend(LaunchedBackend):
@@ -79,21 +86,21 @@ class BwrapBackend(LaunchedBackend):
         super().__init__(account=account, containment=containment)
         self._bwrap = bwrap
         self._fixed_argv, self._etc_files = _fixed_argv(bwrap, file_perms=file_perms)
+        # How containers are used, for `isolation`; `detect_bwrap` adds why not per session.
+        self.containers = PER_COMMAND
 
     @classmethod
     def detect(cls) -> BwrapBackend:
-        """Build the backend for this host and prove it works by running `true` in it.
+        """Build the per-command backend for this host and prove it works by running `true`.
 
         Raises `SandboxError` saying why bwrap cannot isolate here (not installed, user
         namespaces disabled, ...). Blocking: call at startup or through `run_sync`.
         """
-        bwrap = shutil.which("bwrap")
-        if bwrap is None:
-            raise SandboxError("bubblewrap is not installed (apt-get install bubblewrap)")
+        bwrap = locate_bwrap()
         account = resolve_sandbox_account()
         backend = cls(
             bwrap=bwrap,
-            file_perms=_knows_perms(bwrap),
+            file_perms=b"--perms" in bwrap_usage(bwrap),
             account=account,
             containment=Containment(
                 cgroups=discover_cgroups(), nproc_counts=account is not None, pid_namespace=True
@@ -112,6 +119,7 @@ class BwrapBackend(LaunchedBackend):
         )
         return {
             "backend": f"bwrap ({self._bwrap})",
+            "containers": self.containers,
             **ROOTFS_ISOLATION,
             "privileges": (
                 f"uid/gid {SANDBOX_UID} inside, no capabilities, no nested user namespaces, "
@@ -125,12 +133,8 @@ class BwrapBackend(LaunchedBackend):
         self, request: ExecRequest, scratch: Path | None
     ) -> tuple[list[str], dict[str, str], str]:
         env = command_env(home=SANDBOX_HOME, user=SANDBOX_USER, session_env=request.env)
-        argv = [*self._fixed_argv]
-        if request.network:
-            argv.append("--share-net")
-        argv += ["--bind", str(request.workspace), WORKSPACE_MOUNT,
-                 # Last mount op: all but /workspace, /tmp and /dev/shm becomes read-only.
-                 "--remount-ro", "/", "--chdir", WORKSPACE_MOUNT]
+        argv = [*self._fixed_argv, "--tmpfs", "/tmp",
+                *workspace_argv(request.workspace, network=request.network)]
         for name, value in env.items():
             argv += ["--setenv", name, value]
         argv += ["--", "/bin/sh", "-c", request.command]
@@ -142,22 +146,42 @@ class BwrapBackend(LaunchedBackend):
         return self._etc_files
 
 
-def _knows_perms(bwrap: str) -> bool:
+def locate_bwrap() -> str:
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise SandboxError("bubblewrap is not installed (apt-get install bubblewrap)")
+    return bwrap
+
+
+def bwrap_usage(bwrap: str) -> bytes:
+    """`bwrap --help`, to tell which options this version knows; empty if it cannot run
+    (the probe that follows says what is wrong with it)."""
     try:
-        usage = subprocess.run(
+        return subprocess.run(
             [bwrap, "--help"], capture_output=True, check=False, timeout=10, env={}
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
-        return False  # the probe that follows says what is wrong with this bwrap
-    return b"--perms" in usage
+        return b""
+
+
+def workspace_argv(workspace: Path, *, network: bool) -> list[str]:
+    """The network, the workspace at /workspace, and the read-only root: the last part of
+    a container's filesystem, after its tmpfs mounts."""
+    return [
+        *(["--share-net"] if network else []),
+        "--bind", str(workspace), WORKSPACE_MOUNT,
+        # Last mount op: all but /workspace and the tmpfs mounts becomes read-only.
+        "--remount-ro", "/", "--chdir", WORKSPACE_MOUNT,
+    ]
 
 
 def _fixed_argv(
     bwrap: str, *, file_perms: bool
 ) -> tuple[list[str], list[tuple[int, str | bytes]]]:
-    """The part of the bwrap command line that is the same for every command, and the
-    files it copies in (`--file <fd>`: descriptor number, host path or content). Without
-    `--perms` a copy's mode follows the umask; the root is read-only either way."""
+    """The part of the bwrap command line that is the same for every container up to its
+    tmpfs mounts, and the files it copies in (`--file <fd>`: descriptor number, host path
+    or content). Without `--perms` a copy's mode follows the umask; the root is read-only
+    either way."""
     perms = ["--perms", "0444"] if file_perms else []
     argv = [
         bwrap, "--unshare-all",
@@ -181,4 +205,4 @@ def _fixed_argv(
     for name, content in generated_etc(SANDBOX_UID, SANDBOX_UID).items():
         files.append((_FIRST_FILE_FD + len(files), content.encode()))
         argv += [*perms, "--file", str(files[-1][0]), f"/etc/{name}"]
-    return argv + ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"], files
+    return argv + ["--proc", "/proc", "--dev", "/dev"], files

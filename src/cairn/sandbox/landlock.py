@@ -32,7 +32,7 @@ from cairn.sandbox._cgroups import discover_cgroups
 from cairn.sandbox._containment import Containment
 from cairn.sandbox._launch import LaunchedBackend
 from cairn.sandbox._private_dir import private_dir
-from cairn.sandbox._launcher.landlock import abi_version
+from cairn.sandbox._launcher.landlock import SCOPING_ABI, abi_version
 from cairn.sandbox._env import ENV_ISOLATION, command_env
 from cairn.sandbox._rootfs import DEVICES, ETC_READ_ONLY, SANDBOX_USER, system_layout
 from cairn.sandbox.base import ExecRequest
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 __all__ = ["MIN_LANDLOCK_ABI", "LandlockBackend"]
 
 MIN_LANDLOCK_ABI = 4  # the first ABI that confines TCP
-_SCOPING_ABI = 6
 # Host files a shell session expects to read; the host's own, not generated copies.
 _ETC_HOST = ("passwd", "group", "hosts")
 
@@ -105,8 +104,8 @@ class LandlockBackend(LaunchedBackend):
     def isolation(self) -> Mapping[str, str]:
         scoping = (
             "signals and abstract unix sockets are scoped to the command"
-            if self._abi >= _SCOPING_ABI
-            else f"signals are NOT scoped (Landlock ABI {self._abi} < {_SCOPING_ABI})"
+            if self._abi >= SCOPING_ABI
+            else f"signals are NOT scoped (Landlock ABI {self._abi} < {SCOPING_ABI})"
         )
         host_user = (
             self._account.describe()

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 
 from cairn.errors import SandboxError
 from cairn.sandbox.base import SandboxBackend
-from cairn.sandbox.bwrap import BwrapBackend
+from cairn.sandbox.bwrap_sessions import detect_bwrap
 from cairn.sandbox.landlock import LandlockBackend
 from cairn.sandbox.namespaces import NamespacesBackend
 from cairn.sandbox.unconfined import UnconfinedBackend
@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 Detector = Callable[[], SandboxBackend]
 
 ISOLATING_BACKENDS: Mapping[str, Detector] = {
-    "bwrap": BwrapBackend.detect,
+    "bwrap": detect_bwrap,
     "namespaces": NamespacesBackend.detect,
     "landlock": LandlockBackend.detect,
 }

@@ -1,8 +1,9 @@
 """Fixtures shared by the sandbox conformance suite: every backend, real processes, real bwrap.
 
 Each backend is forced by name, so the fallbacks (namespaces, landlock) run the same suite
-on a host where bwrap works; a backend that cannot work on this host is skipped with its
-reason. A case a backend cannot pass by design is skipped by a declared capability
+on a host where bwrap works, and so does bwrap's container-per-command form
+(`bwrap-per-command`) where bwrap's default is a container per session; a backend that
+cannot work on this host is skipped with its reason. A case a backend cannot pass by design is skipped by a declared capability
 (`requires_capability`), never by backend name.
 
 Workspaces live under a 0711 directory in /tmp rather than pytest's tmp_path: bwrap runs as
@@ -28,8 +29,11 @@ from cairn.sandbox import (
     SandboxBackend,
     select_backend,
 )
+from cairn.sandbox.bwrap_sessions import detect_bwrap
 
-BACKENDS = tuple(name for name in BACKEND_NAMES if name != "auto")
+# bwrap's fallback form, forced: a fresh container for each command.
+PER_COMMAND_BWRAP = "bwrap-per-command"
+BACKENDS = (*(name for name in BACKEND_NAMES if name != "auto"), PER_COMMAND_BWRAP)
 
 
 @pytest.fixture
@@ -40,6 +44,8 @@ def anyio_backend() -> tuple[str, dict[str, bool]]:
 @pytest.fixture(scope="session", params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> SandboxBackend:
     try:
+        if request.param == PER_COMMAND_BWRAP:
+            return detect_bwrap(session_containers=False)
         return select_backend(request.param)
     except SandboxError as exc:
         pytest.skip(f"backend {request.param!r} does not work on this host: {exc.message}")

@@ -26,7 +26,7 @@ def plain(command: str) -> LaunchSpec:
     return {
         "argv": ["/bin/sh", "-c", command], "env": {"PATH": DEFAULT_PATH}, "cwd": "/",
         "workspace": "/", "cgroup_join": [], "rlimits": [], "user": None, "network": True,
-        "seccomp": False, "files": [], "rootfs": None, "landlock": None,
+        "seccomp": False, "files": [], "rootfs": None, "landlock": None, "join": None,
     }
 
 

@@ -4,9 +4,9 @@ Starting an interpreter per command costs 7-20 ms before any confinement work (~
 the server starts this program once (`cairn.sandbox._forkserver`) and sends it one message
 per command over a SOCK_SEQPACKET socket: a byte, with three file descriptors attached —
 the memfd holding the `LaunchSpec`, the write end of the command's output pipe, and one
-end of a per-command status socket. It forks; the child makes the pipe its stdout and
-stderr, /dev/null its stdin, starts a new session, closes everything else and runs the
-launcher (`main.run`). The fork server sends the child's pid (with a pidfd attached) on
+end of a per-command status socket — and optionally a fourth, which the child receives
+as `PASSED_FD`. It forks; the child makes the pipe its stdout and stderr, /dev/null its
+stdin, starts a new session, closes everything else and runs the launcher (`main.run`). The fork server sends the child's pid (with a pidfd attached) on
 the status socket, and its wait status when it ends (it is the child's parent, so it
 reaps it), then closes it.
 
@@ -24,12 +24,13 @@ import select
 import sys
 
 from .main import LAUNCH_FAILED, run
+from .spec import PASSED_FD
 
 __all__ = ["serve"]
 
 _SCM_RIGHTS = 1
 _SOL_SOCKET = 1
-_FDS_PER_REQUEST = 3
+_MAX_FDS_PER_REQUEST = 4
 _SIGKILL = 9
 
 
@@ -59,7 +60,7 @@ def _accept(
     poller: select.poll,
 ) -> bool:
     """Fork one command; return False when the server has gone away."""
-    data, ancillary, _, _ = control.recvmsg(1, _socket.CMSG_SPACE(4 * _FDS_PER_REQUEST))
+    data, ancillary, _, _ = control.recvmsg(1, _socket.CMSG_SPACE(4 * _MAX_FDS_PER_REQUEST))
     fds = [
         int.from_bytes(cmsg_data[i : i + 4], sys.byteorder, signed=True)
         for level, kind, cmsg_data in ancillary
@@ -68,13 +69,13 @@ def _accept(
     ]
     if not data:
         return False
-    spec_fd, output_fd, status_fd = fds
+    spec_fd, output_fd, status_fd, *passed = fds
     status = _socket.socket(fileno=status_fd)
     pid = os.fork()
     if pid == 0:
-        _become_command(spec_fd, output_fd)
-    os.close(spec_fd)
-    os.close(output_fd)
+        _become_command(spec_fd, output_fd, passed[0] if passed else None)
+    for fd in (spec_fd, output_fd, *passed):
+        os.close(fd)
     pidfd = os.pidfd_open(pid)
     children[pidfd] = (pid, status)
     poller.register(pidfd, select.POLLIN)
@@ -82,16 +83,23 @@ def _accept(
     return True
 
 
-def _become_command(spec_fd: int, output_fd: int) -> None:
+def _become_command(spec_fd: int, output_fd: int, passed_fd: int | None) -> None:
     try:
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(output_fd, 1)
         os.dup2(output_fd, 2)
         os.setsid()
-        keep = 3 if spec_fd == 3 else os.dup2(spec_fd, 3)
-        os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
-        with os.fdopen(keep, "rb") as source:
+        # Copies first (fresh numbers, so moving one cannot overwrite the other), then
+        # into place: the spec at 3, the passed descriptor at PASSED_FD (4).
+        moves = [(os.dup(spec_fd), 3)]
+        if passed_fd is not None:
+            moves.append((os.dup(passed_fd), PASSED_FD))
+        for fd, number in moves:
+            if fd != number:
+                os.dup2(fd, number)  # inheritable
+        os.closerange(moves[-1][1] + 1, os.sysconf("SC_OPEN_MAX"))
+        with os.fdopen(3, "rb") as source:
             spec = marshal.load(source)
     except BaseException:  # noqa: BLE001 - a forked child must never return into the loop
         os._exit(LAUNCH_FAILED)

@@ -5,6 +5,7 @@ grants it beneath a path); TCP bind and connect are handled with no rule when th
 has no network (ABI >= 4), and signals plus abstract unix sockets are scoped to the
 command's own domain (ABI >= 6). A domain cannot be loosened, is inherited across fork and
 exec, and each command gets a new one, so commands cannot reach each other either.
+`scope_self` is the scope alone, for commands that join a bwrap session container.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["abi_version", "restrict_self"]
+__all__ = ["SCOPING_ABI", "abi_version", "restrict_self", "scope_self"]
 
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
@@ -41,6 +42,7 @@ _NET_BIND_TCP = 1 << 0
 _NET_CONNECT_TCP = 1 << 1
 _SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
 _SCOPE_SIGNAL = 1 << 1
+SCOPING_ABI = 6  # the first ABI with `scoped`
 
 READ_ONLY = _EXECUTE | _READ_FILE | _READ_DIR
 # A device node such as /dev/null: read, write, `> /dev/null` (O_TRUNC) and tty ioctls.
@@ -89,7 +91,7 @@ def restrict_self(
     if confine_tcp:
         attr.handled_access_net = _NET_BIND_TCP | _NET_CONNECT_TCP
         size = 16
-    if abi >= 6:
+    if abi >= SCOPING_ABI:
         attr.scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL
         size = 24
     ruleset = syscall(LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size),
@@ -100,6 +102,28 @@ def restrict_self(
         grants += [(path, DEVICE) for path in devices]
         for path, rights in grants:
             _add_path_rule(ruleset, path, rights & handled_fs)
+        syscall(LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0),
+                what="landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+
+
+def scope_self(abi: int) -> None:
+    """Enter a domain of this process's own that restricts nothing on the file system or
+    network: processes outside it cannot be traced (ptrace, /proc/<pid>/mem, environ, fd),
+    signalled, or reached through abstract unix sockets from inside it.
+
+    Landlock has always confined ptrace to a tracer's own domain and those nested in it;
+    `scoped` (ABI >= 6) adds signals and abstract sockets. No file-system right is handled,
+    so nothing else changes (a domain that handles one also denies renames across
+    directories). The caller must have set no_new_privs first.
+    """
+    if abi < SCOPING_ABI:
+        raise OSError(f"Landlock ABI {abi} cannot scope signals (need >= {SCOPING_ABI})")
+    attr = _RulesetAttr(0, 0, _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL)
+    ruleset = syscall(LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(24),
+                      ctypes.c_uint32(0), what="landlock_create_ruleset")
+    try:
         syscall(LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0),
                 what="landlock_restrict_self")
     finally:

@@ -6,10 +6,14 @@ Steps, in an order that matters:
 2. `namespaces` mode: unshare mount, pid, ipc, uts, cgroup (and, without network, net)
    namespaces and fork; this process stays outside as the waiter and the child, pid 1 of
    the new pid namespace (so nothing survives it), builds and pivots into the new root;
+   `join` mode (bwrap session containers): enter a running container's namespaces
+   (`_join_container`) and fork; the child is inside its pid namespace;
 3. `landlock` mode: stays in the host's namespaces and restricts itself to an allowlist;
-4. drop to the unprivileged user (no capabilities, no_new_privs), open the files the
-   program is handed (as that user), install the seccomp filter, exec the command
-   (`/bin/sh -c <command>`, or bwrap, which confines itself).
+4. drop to the unprivileged user (no capabilities, no_new_privs), tie the child to its
+   waiter (after the drop, which clears a parent-death signal), open the files the
+   program is handed (as that user), restrict itself with Landlock (`landlock` rules, or
+   `join`'s scope), install the seccomp filter, exec the command (`/bin/sh -c <command>`,
+   or bwrap, which confines itself).
 
 A failure before the exec prints one line to stderr (the command's output) and exits 125,
 the status shells use for "could not run"; the backend turns that into a `SandboxError`.
@@ -23,7 +27,8 @@ import stat
 import sys
 
 from . import landlock, loopback, mounts, privileges, seccomp
-from .syscalls import prctl, unshare
+from .spec import PASSED_FD
+from .syscalls import prctl, setns, unshare
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,6 +43,7 @@ _CLONE_NEWUTS = 0x04000000
 _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWPID = 0x20000000
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWUSER = 0x10000000
 _PR_SET_PDEATHSIG = 1
 _SIGKILL = 9  # not signal.SIGKILL: the `signal` module imports `enum` (slow to start)
 
@@ -46,9 +52,12 @@ def run(spec: LaunchSpec) -> None:
     """Confine this process as `spec` says and exec the command; never returns."""
     try:
         _contain(spec)
-        if spec["rootfs"] is not None:
-            _enter_namespaces(spec)
-        _confine_and_exec(spec)
+        waiter_alive = None
+        if spec["join"] is not None:
+            waiter_alive = _join_container()
+        elif spec["rootfs"] is not None:
+            waiter_alive = _enter_namespaces(spec)
+        _confine_and_exec(spec, waiter_alive)
     except Exception as exc:  # noqa: BLE001 - any failure before exec is "could not run"
         print(f"cairn sandbox launcher: {exc}", file=sys.stderr, flush=True)
         os._exit(LAUNCH_FAILED)
@@ -64,30 +73,69 @@ def _contain(spec: LaunchSpec) -> None:
         resource.setrlimit(kind, (value, value))
 
 
-def _enter_namespaces(spec: LaunchSpec) -> None:
-    """Unshare and fork; only the child returns, as pid 1 inside the new root."""
+def _enter_namespaces(spec: LaunchSpec) -> int:
+    """Unshare and fork; only the child returns, as pid 1 inside the new root.
+
+    Returns the descriptor that tells whether the waiter is alive (`_leash`).
+    """
     flags = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS | _CLONE_NEWCGROUP
     if not spec["network"]:
         flags |= _CLONE_NEWNET
     unshare(flags)
-    # The waiter holds the write end until it exits: EOF on the read end means it is gone.
-    alive_read, alive_write = os.pipe()
-    child = os.fork()
-    if child:
-        _wait_and_exit(child)
-    os.close(alive_write)
-    prctl(_PR_SET_PDEATHSIG, _SIGKILL)  # the waiter killed => the namespace dies
-    os.set_blocking(alive_read, False)
-    try:
-        os.read(alive_read, 1)
-        os._exit(LAUNCH_FAILED)  # the waiter died before PDEATHSIG was armed
-    except BlockingIOError:
-        os.close(alive_read)
+    waiter_alive = _fork_waiter()
     rootfs = spec["rootfs"]
     assert rootfs is not None
     if not spec["network"]:
         loopback.bring_up_loopback()
     mounts.enter_rootfs(rootfs, spec["workspace"])
+    return waiter_alive
+
+
+def _join_container() -> int:
+    """Enter the container whose init's pidfd is `PASSED_FD`, then fork; only the child
+    returns, inside the container's pid namespace. Returns the waiter's alive descriptor.
+
+    One `setns` through the pidfd enters the user, mount, pid, uts and net namespaces at
+    once: permission is checked with this process's host credentials before any of them
+    takes effect (entering bwrap's nested user namespace first, one by one, would leave no
+    right to enter the others). Entering the mount namespace sets the root and working
+    directory to the container's root, so nothing of the host's tree is held. The ipc
+    and cgroup namespaces are fresh, the command's own: SysV IPC and POSIX queues die with
+    it instead of piling up in a long-lived container, and its cgroup leaves are its root.
+    """
+    if os.geteuid() == 0:
+        os.setgroups([])  # impossible inside: bwrap's user namespace denies setgroups
+    setns(PASSED_FD, _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWUTS | _CLONE_NEWNET)
+    os.close(PASSED_FD)
+    unshare(_CLONE_NEWIPC | _CLONE_NEWCGROUP)
+    return _fork_waiter()
+
+
+def _fork_waiter() -> int:
+    """Fork: the parent waits and relays the child's status; only the child returns.
+
+    The waiter holds the write end of a pipe until it exits, so EOF on the read end (which
+    the child gets back) means it is gone.
+    """
+    alive_read, alive_write = os.pipe()
+    child = os.fork()
+    if child:
+        _wait_and_exit(child)
+    os.close(alive_write)
+    return alive_read
+
+
+def _leash(waiter_alive: int) -> None:
+    """Die with the waiter: the server kills a command through it. Armed after the last
+    credential change, which would clear it, and followed by a check that the waiter did
+    not die before it was armed."""
+    prctl(_PR_SET_PDEATHSIG, _SIGKILL)
+    os.set_blocking(waiter_alive, False)
+    try:
+        os.read(waiter_alive, 1)
+        os._exit(LAUNCH_FAILED)  # the waiter died before PDEATHSIG was armed
+    except BlockingIOError:
+        os.close(waiter_alive)
 
 
 def _wait_and_exit(child: int) -> None:
@@ -97,12 +145,14 @@ def _wait_and_exit(child: int) -> None:
     os._exit(128 - code if code < 0 else code)
 
 
-def _confine_and_exec(spec: LaunchSpec) -> None:
-    rules = spec["landlock"]
+def _confine_and_exec(spec: LaunchSpec, waiter_alive: int | None) -> None:
+    rules, join = spec["landlock"], spec["join"]
     if spec["user"] is not None:
         privileges.drop_privileges(*spec["user"])
     else:
         privileges.set_no_new_privs()
+    if waiter_alive is not None:
+        _leash(waiter_alive)
     for number, source in spec["files"]:
         _hand_over(number, source)
     if rules is not None:
@@ -110,9 +160,16 @@ def _confine_and_exec(spec: LaunchSpec) -> None:
             abi=rules["abi"], read_write=rules["read_write"], read_only=rules["read_only"],
             devices=rules["devices"], confine_tcp=not spec["network"],
         )
+    elif join is not None:
+        # The container's init lives on after the command, outside its cgroups: a command
+        # that could trace or signal it could leave a process behind (and kill the session's
+        # other commands). The scope denies both, for every process outside its domain.
+        landlock.scope_self(join["landlock_abi"])
     if spec["seccomp"]:
         seccomp.install_filter(deny_network=rules is not None and not spec["network"])
     os.chdir(spec["cwd"])
+    if join is not None:
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # only stdin, stdout and stderr go in
     os.execve(spec["argv"][0], spec["argv"], spec["env"])
 
 

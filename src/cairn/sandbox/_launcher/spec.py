@@ -30,6 +30,17 @@ if TYPE_CHECKING:
         read_only: list[str]
         devices: list[str]
 
+    class Join(TypedDict):
+        """Join a running container (bwrap session containers) instead of creating one.
+
+        The container's init arrives as a pidfd at `PASSED_FD`; the command then runs in
+        the container's user, mount, pid, uts and net namespaces, with a fresh ipc and
+        cgroup namespace of its own, as `LaunchSpec.user` of the container's user
+        namespace, in a Landlock domain scoped to the command (ABI `landlock_abi`).
+        """
+
+        landlock_abi: int
+
     class LaunchSpec(TypedDict):
         argv: list[str]
         env: dict[str, str]
@@ -37,7 +48,9 @@ if TYPE_CHECKING:
         workspace: str  # host path
         cgroup_join: list[str]  # v1 `tasks` / v2 `cgroup.procs` files to write "0" to
         rlimits: list[tuple[int, int]]  # (resource.RLIMIT_*, soft = hard value)
-        user: tuple[int, int] | None  # (uid, gid) to become; None keeps the caller's
+        # (uid, gid) to become (inside the container's user namespace when joining one);
+        # None keeps the caller's
+        user: tuple[int, int] | None
         network: bool
         seccomp: bool  # install the seccomp denylist (not for bwrap: it has its own)
         # Descriptors the exec'd program inherits, by number: a host path (opened read-only
@@ -45,7 +58,12 @@ if TYPE_CHECKING:
         files: list[tuple[int, str | bytes]]
         rootfs: Rootfs | None
         landlock: Landlock | None
+        join: Join | None
 
-__all__ = ["WORKSPACE"]
+__all__ = ["PASSED_FD", "WORKSPACE"]
 
 WORKSPACE = "/workspace"
+# The descriptor number at which a request's optional extra descriptor reaches the launcher
+# (the spec's memfd is 3 until loaded): a container's pidfd to join, or the pipe bwrap
+# writes its container's pid to (`--info-fd`).
+PASSED_FD = 4

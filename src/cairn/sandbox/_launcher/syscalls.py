@@ -1,7 +1,7 @@
 """The raw Linux system calls the launcher needs, each raising `OSError` on failure.
 
-Python 3.11's `os` has no `mount`, `unshare`, `pivot_root`, `prctl`, `capset` or Landlock
-calls, so they go through libc with ctypes. Syscall numbers that libc has no wrapper for
+Python 3.11's `os` has no `mount`, `unshare`, `setns`, `pivot_root`, `prctl`, `capset` or
+Landlock calls, so they go through libc with ctypes. Syscall numbers that libc has no wrapper for
 differ per architecture; an unknown architecture is an error, never a guess.
 """
 
@@ -17,6 +17,7 @@ __all__ = [
     "pivot_root",
     "prctl",
     "sethostname",
+    "setns",
     "syscall",
     "umount2",
     "unshare",
@@ -72,6 +73,10 @@ def umount2(target: str, flags: int) -> None:
 
 def unshare(flags: int) -> None:
     call(_LIBC.unshare(ctypes.c_int(flags)), "unshare")
+
+
+def setns(fd: int, flags: int) -> None:
+    call(_LIBC.setns(ctypes.c_int(fd), ctypes.c_int(flags)), "setns")
 
 
 def pivot_root(new_root: str, put_old: str) -> None:

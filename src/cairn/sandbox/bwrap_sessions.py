@@ -1,0 +1,317 @@
+"""The default sandbox: bubblewrap, one warm container per session workspace (invariant 8).
+
+Starting a bwrap container costs ~10 ms of namespace and mount work per command (most of
+it RCU grace periods the kernel waits for; docs/sandbox.md). Here it is paid once: the
+container, with the profile of `bwrap.py` (every namespace unshared, uid/gid 1000 in a user
+namespace without capabilities or nested user namespaces, read-only root, generated /etc,
+the workspace at /workspace), is started on a workspace's first command, for each network
+setting, running `sleep` as a minimal init under bwrap's reaper. Each command's launcher
+(the fork server's child, host root) then joins the command's cgroup leaves and sets its
+rlimits as before, enters the container's user, mount, pid, uts and net namespaces
+through its init's pidfd, takes fresh ipc and cgroup namespaces, forks into the pid
+namespace, drops for good to uid/gid 1000 with no capabilities (empty bounding set,
+no_new_privs), enters a Landlock domain of its own and execs `/bin/sh -c` with only
+stdin, stdout and stderr open (`_launcher/main.py`).
+
+What keeps a command from outliving itself or reaching beyond its session:
+- its processes are found through its cgroup leaves and killed when it ends (the
+  container's pid namespace outlives it); so this form needs a writable cgroup;
+- the container's init lives outside those leaves, so commands must not be able to trace
+  or signal it (a traced init could fork a process no cgroup tracks): the Landlock scope
+  (ABI >= 6) denies ptrace, /proc/<pid>/mem and signals to any process outside the
+  command's own domain, which also keeps concurrent commands of a session off each other;
+- nothing that accumulates outlives the command unbounded: /tmp and /dev/shm are tmpfs
+  of a fixed size (they are the session's, kept until its container goes), /dev is
+  read-only, SysV IPC is the command's own;
+- the container dies with the server (`--die-with-parent` on bwrap, whose parent is the
+  fork server, which kills its children when the server goes) and is replaced, never
+  bypassed, when it dies (`_session_containers.py`).
+`detect_bwrap` chooses this form where it works and says why not otherwise; the fallback
+is a container per command (`bwrap.py`), which needs neither cgroups nor Landlock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cairn.errors import SandboxError
+from cairn.sandbox._account import SandboxAccount, resolve_sandbox_account
+from cairn.sandbox._cgroups import discover_cgroups
+from cairn.sandbox._containment import CommandContainment, Containment
+from cairn.sandbox._env import DEFAULT_PATH, command_env
+from cairn.sandbox._launcher.landlock import SCOPING_ABI, abi_version
+from cairn.sandbox._launcher.spec import PASSED_FD
+from cairn.sandbox._rootfs import SANDBOX_HOME, SANDBOX_USER
+from cairn.sandbox._session_containers import ContainerKey, SessionContainer, SessionContainers
+from cairn.sandbox._workspace import WorkspaceIdentity, hand_over_workspace, workspace_identity
+from cairn.sandbox.base import WORKSPACE_MOUNT, ExecRequest
+from cairn.sandbox.bwrap import (
+    PER_COMMAND,
+    SANDBOX_UID,
+    BwrapBackend,
+    bwrap_usage,
+    locate_bwrap,
+    workspace_argv,
+)
+
+if TYPE_CHECKING:
+    from cairn.sandbox._launcher.spec import LaunchSpec
+
+__all__ = ["DEFAULT_IDLE_S", "SessionBwrapBackend", "detect_bwrap"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_IDLE_S = 300.0
+DEFAULT_TMP_BYTES = 1024 * 1024 * 1024  # as much as one command may hold in memory by default
+DEFAULT_SHM_BYTES = 64 * 1024 * 1024
+_READY = b"cairn-session-container-ready\n"
+# The init: say the container is set up (bwrap execs it only then), then wait for the end.
+_INIT = f"echo {_READY.decode().strip()} && exec /bin/sleep infinity"
+_START_TIMEOUT_S = 30.0
+
+
+class SessionBwrapBackend(BwrapBackend):
+    """bwrap with one container per session workspace and network setting that every
+    command joins; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        bwrap: str,
+        account: SandboxAccount | None,
+        containment: Containment,
+        landlock_abi: int,
+        file_perms: bool = True,
+        idle_s: float = DEFAULT_IDLE_S,
+        tmp_bytes: int = DEFAULT_TMP_BYTES,
+        shm_bytes: int = DEFAULT_SHM_BYTES,
+    ) -> None:
+        super().__init__(
+            bwrap=bwrap, account=account, containment=containment, file_perms=file_perms
+        )
+        self._landlock_abi = landlock_abi
+        self._tmpfs_argv = [
+            "--size", str(tmp_bytes), "--tmpfs", "/tmp",
+            "--size", str(shm_bytes), "--tmpfs", "/dev/shm",
+            "--remount-ro", "/dev",  # non-recursive: /dev/shm and the device binds stay as they are
+        ]
+        self._containers = SessionContainers(self._start_container, idle_s=idle_s)
+        self._tmp_note = (
+            f"/tmp ({tmp_bytes // (1024 * 1024)} MiB) and /dev/shm ({shm_bytes // (1024 * 1024)} "
+            "MiB) are tmpfs private to the session: kept between its commands, gone with its "
+            "container"
+        )
+        self.containers = (
+            "one bwrap container per session workspace and network setting, started on its "
+            f"first command and kept until {idle_s:g} s without one or the session is "
+            "suspended or deleted; each command joins it in a Landlock domain of its own and "
+            "a fresh ipc and cgroup namespace"
+        )
+
+    @property
+    def isolation(self) -> Mapping[str, str]:
+        return {
+            **super().isolation,
+            "filesystem": (
+                "only the workspace (read-write at /workspace), /tmp and /dev/shm are "
+                f"writable; {self._tmp_note}; /usr and selected /etc files (copied when the "
+                "container starts) are read-only; the rest of the host filesystem is absent"
+            ),
+            "processes": (
+                "own pid and uts namespaces per session (its concurrent commands see each "
+                "other's processes but cannot trace or signal them, nor the container's init); "
+                "own ipc and cgroup namespaces per command; host processes are invisible"
+            ),
+        }
+
+    async def release_workspace(self, workspace: Path) -> None:
+        self._containers.release(str(workspace))
+
+    @asynccontextmanager
+    async def _container(
+        self, request: ExecRequest, identity: WorkspaceIdentity
+    ) -> AsyncIterator[int | None]:
+        key = ContainerKey(workspace=str(request.workspace), network=request.network)
+        async with self._containers.lease(key, identity) as init_pidfd:
+            yield init_pidfd
+
+    def _command(
+        self, request: ExecRequest, scratch: Path | None
+    ) -> tuple[list[str], dict[str, str], str]:
+        env = command_env(home=SANDBOX_HOME, user=SANDBOX_USER, session_env=request.env)
+        return ["/bin/sh", "-c", request.command], env, WORKSPACE_MOUNT
+
+    def _files(self) -> list[tuple[int, str | bytes]]:
+        return []  # the container got its /etc files when it started
+
+    def _spec(
+        self, request: ExecRequest, contained: CommandContainment, scratch: Path | None
+    ) -> LaunchSpec:
+        spec = super()._spec(request, contained, scratch)
+        spec["user"] = (SANDBOX_UID, SANDBOX_UID)  # of the container's user namespace
+        spec["join"] = {"landlock_abi": self._landlock_abi}
+        return spec
+
+    def _start_container(self, key: ContainerKey, identity: WorkspaceIdentity) -> SessionContainer:
+        """Start the container for `key` and wait until it is set up (blocking).
+
+        bwrap reports its init's host pid on the pipe passed as `--info-fd` before it lets
+        the init run; the init's first output says the setup is done. Raises `SandboxError`
+        with bwrap's own words when it fails.
+        """
+        spec: LaunchSpec = {
+            "argv": [
+                *self._fixed_argv, *self._tmpfs_argv,
+                *workspace_argv(Path(key.workspace), network=key.network),
+                "--info-fd", str(PASSED_FD), "--", "/bin/sh", "-c", _INIT,
+            ],
+            # The environment bwrap's own processes keep (the init's is cleared).
+            "env": {"PATH": DEFAULT_PATH},
+            "cwd": "/",
+            "workspace": key.workspace,
+            "cgroup_join": [],
+            "rlimits": [],
+            "user": None if self._account is None else (self._account.uid, self._account.gid),
+            "network": key.network,
+            "seccomp": False,
+            "files": self._etc_files,
+            "rootfs": None,
+            "landlock": None,
+            "join": None,
+        }
+        info_read, info_write = os.pipe2(os.O_CLOEXEC)
+        try:
+            try:
+                monitor = self._forks.start(spec, info_write)
+            finally:
+                os.close(info_write)
+            try:
+                output = monitor.output_blocking(_READY, _START_TIMEOUT_S)
+                if _READY not in output:
+                    raise SandboxError(
+                        "the session container did not start: "
+                        + output.decode(errors="replace").strip()
+                    )
+                init_pidfd = _open_init(info_read, monitor.pid)
+                if monitor.has_exited():  # its pid may be anyone's now: so may the init's
+                    os.close(init_pidfd)
+                    raise SandboxError("the session container ended as it started")
+            except BaseException:
+                monitor.kill()
+                monitor.close()
+                raise
+        finally:
+            os.close(info_read)
+        return SessionContainer(monitor, init_pidfd, identity)
+
+    def _probe_session(self) -> None:
+        """Start a container and run `true` in it as every command runs; raise
+        `SandboxError` with why it failed (blocking)."""
+        with tempfile.TemporaryDirectory(prefix="cairn-bwrap-probe-") as probe:
+            workspace = Path(probe)
+            hand_over_workspace(workspace, self._account)
+            container = self._start_container(
+                ContainerKey(workspace=probe, network=False), workspace_identity(workspace)
+            )
+            try:
+                self._probe(workspace, None, container.init_pidfd)
+            finally:
+                container.kill()
+                container.close()
+
+
+def _open_init(info_fd: int, monitor_pid: int) -> int:
+    """A pidfd for the init bwrap reported on `info_fd`, checked to be the monitor's child.
+
+    The report was written before the init could run, so it is complete by now.
+    """
+    os.set_blocking(info_fd, False)
+    report = b""
+    while True:
+        try:
+            chunk = os.read(info_fd, 4096)
+        except BlockingIOError:
+            break  # all there is: the rest of the pipe's writers are the container's
+        if not chunk:
+            break
+        report += chunk
+    try:
+        init_pid = int(json.loads(report)["child-pid"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SandboxError(f"bwrap did not report its container's pid: {report!r}") from exc
+    try:
+        init_pidfd = os.pidfd_open(init_pid)
+    except OSError as exc:
+        raise SandboxError(f"the session container's init {init_pid} is gone: {exc}") from exc
+    if _parent_of(init_pid) != monitor_pid:
+        os.close(init_pidfd)
+        raise SandboxError(f"process {init_pid} is not the session container bwrap started")
+    return init_pidfd
+
+
+def _parent_of(pid: int) -> int:
+    """`pid`'s parent, or 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("PPid:"):
+                    return int(line.split()[1])
+    except FileNotFoundError:
+        return 0
+    return 0
+
+
+def detect_bwrap(
+    *, session_containers: bool | None = None, idle_s: float = DEFAULT_IDLE_S
+) -> BwrapBackend:
+    """The bwrap backend for this host, proven to work by running `true` (blocking).
+
+    `session_containers`: None chooses session containers where they work here and a
+    container per command otherwise (the backend's `containers` says which, and why);
+    True requires them (`SandboxError` if they do not work), False never uses them.
+    Raises `SandboxError` saying why bwrap cannot isolate here at all.
+    """
+    if session_containers is False:
+        return BwrapBackend.detect()
+    bwrap = locate_bwrap()
+    usage = bwrap_usage(bwrap)
+    cgroups = discover_cgroups()
+    abi = abi_version()
+    if not cgroups.in_use:
+        reason = "no writable cgroup to find a command's processes in"
+    elif abi < SCOPING_ABI:
+        reason = (
+            f"Landlock ABI {abi} (< {SCOPING_ABI}) cannot keep commands from tracing or "
+            "signalling the container's init"
+        )
+    elif b"--size" not in usage:
+        reason = f"{bwrap} has no --size option to limit the session's /tmp (bubblewrap < 0.7)"
+    else:
+        account = resolve_sandbox_account()
+        backend = SessionBwrapBackend(
+            bwrap=bwrap,
+            account=account,
+            containment=Containment(cgroups=cgroups, nproc_counts=account is not None),
+            landlock_abi=abi,
+            file_perms=b"--perms" in usage,
+            idle_s=idle_s,
+        )
+        try:
+            backend._probe_session()
+        except SandboxError as exc:
+            reason = exc.message
+        else:
+            return backend
+    if session_containers:
+        raise SandboxError(f"bwrap session containers do not work on this host: {reason}")
+    logger.warning("bwrap session containers do not work here (%s): a container per command", reason)
+    fallback = BwrapBackend.detect()
+    fallback.containers = f"{PER_COMMAND} (session containers unavailable: {reason})"
+    return fallback

@@ -1,0 +1,413 @@
+"""bwrap session containers: one per session workspace and network setting, joined by every
+command, reaped when idle, replaced when killed, gone with the server; and what a joined
+command can reach. Real bwrap and real processes; every check is made on the host.
+
+The conformance and escape suites (tests/conformance/sandbox/) run unchanged against this
+form as `bwrap`; these are the cases only a long-lived container has.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from cairn.errors import SandboxError
+from cairn.sandbox import ExecRequest, ExecResult
+from cairn.sandbox._cgroups import CgroupHost
+from cairn.sandbox.bwrap import PER_COMMAND, BwrapBackend
+from cairn.sandbox.bwrap_sessions import SessionBwrapBackend, detect_bwrap
+from cairn.sandbox.doctor import describe_host
+from cairn.sandbox.testing import host_processes_with
+
+pytestmark = pytest.mark.anyio
+
+IDLE_S = 0.5
+
+
+@pytest.fixture
+def anyio_backend() -> tuple[str, dict[str, bool]]:
+    return ("asyncio", {"debug": True})
+
+
+def session_backend(idle_s: float = 300.0) -> BwrapBackend:
+    try:
+        return detect_bwrap(session_containers=True, idle_s=idle_s)
+    except SandboxError as exc:
+        pytest.skip(f"bwrap session containers do not work on this host: {exc.message}")
+
+
+@pytest.fixture(scope="module")
+def backend() -> BwrapBackend:
+    return session_backend()
+
+
+@pytest.fixture(scope="module")
+def workspace_root() -> Iterator[Path]:
+    # Traversable by the sandbox account, unlike pytest's 0700 tmp_path.
+    root = Path(tempfile.mkdtemp(prefix="cairn-bwrap-sessions-"))
+    root.chmod(0o711)
+    yield root
+    shutil.rmtree(root)
+
+
+@pytest.fixture
+def new_workspace(workspace_root: Path, backend: BwrapBackend) -> Callable[[], Awaitable[Path]]:
+    async def create() -> Path:
+        path = workspace_root / uuid.uuid4().hex[:12]
+        path.mkdir()
+        await backend.prepare_workspace(path)
+        return path
+
+    return create
+
+
+async def run(
+    backend: BwrapBackend, command: str, workspace: Path, *, network: bool = False,
+    timeout_s: float = 20.0,
+) -> tuple[ExecResult, str]:
+    chunks: list[bytes] = []
+
+    async def collect(chunk: bytes) -> None:
+        chunks.append(chunk)
+
+    request = ExecRequest(command=command, workspace=workspace, timeout_s=timeout_s, network=network)
+    result = await backend.exec(request, collect)
+    return result, b"".join(chunks).decode(errors="replace")
+
+
+def container_processes(workspace: Path) -> list[int]:
+    """Host pids of the bwrap processes (monitor and init) of `workspace`'s containers."""
+    return host_processes_with(f"{workspace}\0/workspace\0")
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    with anyio.fail_after(timeout_s):
+        while not condition():
+            await anyio.sleep(0.02)
+
+
+def test_the_default_bwrap_backend_keeps_session_containers(backend: BwrapBackend) -> None:
+    assert isinstance(backend, SessionBwrapBackend)
+    assert "per session workspace" in backend.isolation["containers"]
+    assert backend.limits_in_force["background_processes"].startswith("found through the command's cgroup")
+    assert "per session workspace" in describe_host("bwrap")
+
+
+async def test_commands_of_a_workspace_share_one_container(backend: BwrapBackend, new_workspace) -> None:
+    workspace = await new_workspace()
+    first, _ = await run(backend, "echo kept > /tmp/kept", workspace)
+    processes = container_processes(workspace)
+    assert first.exit_code == 0 and len(processes) == 2  # bwrap's monitor and its init
+    second, output = await run(backend, "cat /tmp/kept; pwd; id -u", workspace)
+    assert (second.exit_code, output) == (0, "kept\n/workspace\n1000\n")
+    assert container_processes(workspace) == processes
+
+
+async def test_each_network_setting_has_its_own_container(backend: BwrapBackend, new_workspace) -> None:
+    workspace = await new_workspace()
+    await run(backend, "echo offline > /tmp/which", workspace)
+    _, online = await run(backend, "cat /tmp/which 2>&1; echo online > /tmp/which", workspace, network=True)
+    _, offline = await run(backend, "cat /tmp/which", workspace)
+    assert "No such file" in online and offline == "offline\n"
+    assert len(container_processes(workspace)) == 4
+
+
+async def test_an_idle_container_is_reaped() -> None:
+    backend = session_backend(idle_s=IDLE_S)
+    root = Path(tempfile.mkdtemp(prefix="cairn-bwrap-idle-"))
+    root.chmod(0o711)
+    try:
+        await backend.prepare_workspace(root)
+        await run(backend, "echo kept > /tmp/kept", root)
+        assert container_processes(root)
+        await until(lambda: not container_processes(root))
+        result, output = await run(backend, "cat /tmp/kept 2>&1 || echo fresh", root)
+        assert result.exit_code == 0 and output.endswith("fresh\n")
+    finally:
+        shutil.rmtree(root)
+
+
+async def test_a_running_command_keeps_its_container_past_the_idle_time(new_workspace) -> None:
+    backend = session_backend(idle_s=IDLE_S)
+    workspace = await new_workspace()
+    result, output = await run(backend, f"sleep {IDLE_S * 4}; echo survived", workspace)
+    assert (result.exit_code, output) == (0, "survived\n")
+
+
+async def test_a_killed_container_is_replaced(backend: BwrapBackend, new_workspace) -> None:
+    workspace = await new_workspace()
+    await run(backend, "echo kept > /tmp/kept", workspace)
+    killed = container_processes(workspace)
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    await until(lambda: not set(killed) & set(container_processes(workspace)))
+    result, output = await run(backend, "cat /tmp/kept 2>&1 || echo fresh", workspace)
+    assert result.exit_code == 0 and output.endswith("fresh\n")
+    replacement = container_processes(workspace)
+    assert len(replacement) == 2 and not set(replacement) & set(killed)
+
+
+async def test_a_command_dies_with_its_container(backend: BwrapBackend, new_workspace) -> None:
+    marker = f"cairn-doomed-{uuid.uuid4().hex}"
+    workspace = await new_workspace()
+    await run(backend, "true", workspace)
+    outcome: list[ExecResult] = []
+
+    async def doomed() -> None:
+        outcome.append((await run(backend, f"sh -c 'sleep 600; : {marker}'", workspace))[0])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(doomed)
+        await until(lambda: bool(host_processes_with(marker)))
+        for pid in container_processes(workspace):
+            os.kill(pid, signal.SIGKILL)
+    assert outcome[0].exit_code == 128 + signal.SIGKILL
+    assert host_processes_with(marker) == []
+
+
+async def test_sessions_have_separate_containers(backend: BwrapBackend, new_workspace) -> None:
+    marker = f"cairn-other-{uuid.uuid4().hex}"
+    first, second = await new_workspace(), await new_workspace()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, backend, f"echo mine > /tmp/{marker}; sh -c 'sleep 600; : {marker}'", first)
+        await until(lambda: bool(host_processes_with(marker)))
+        pattern = f"cairn-othe[r]-{marker.rsplit('-', 1)[1]}"
+        _, output = await run(
+            backend, f"ls /tmp; grep -l '{pattern}' /proc/*/cmdline; ls /proc | grep -c '^[0-9]'", second
+        )
+        tg.cancel_scope.cancel()
+    assert marker not in output
+    assert int(output.split()[-1]) < 6  # bwrap's reaper, the init, and this command
+    assert not set(container_processes(first)) & set(container_processes(second))
+
+
+async def test_background_processes_end_with_their_command(backend: BwrapBackend, new_workspace) -> None:
+    marker = f"cairn-left-{uuid.uuid4().hex}"
+    workspace = await new_workspace()
+    lingering = f"sh -c 'sleep 600; : {marker}'"
+    result, _ = await run(
+        backend, f"{lingering} > /dev/null 2>&1 & setsid {lingering} > /dev/null 2>&1 & echo started",
+        workspace,
+    )
+    assert result.exit_code == 0
+    assert host_processes_with(marker) == []
+    # Inside, the container holds only bwrap's reaper, the init and the next command.
+    _, output = await run(
+        backend, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done", workspace
+    )
+    processes = output.splitlines()
+    assert marker not in output and len(processes) == 3, processes
+    assert processes[0].startswith("/usr/bin/bwrap ") and processes[1] == "/bin/sleep infinity "
+
+
+async def test_the_container_init_is_out_of_reach(backend: BwrapBackend, new_workspace) -> None:
+    """A command cannot trace, read the memory of or signal bwrap's reaper (pid 1) or the
+    init (pid 2): they outlive it, outside its cgroups."""
+    workspace = await new_workspace()
+    await run(backend, "echo kept > /tmp/kept", workspace)
+    before = container_processes(workspace)
+    (workspace / "reach.py").write_text(textwrap.dedent("""\
+        import ctypes, os, signal
+        libc = ctypes.CDLL(None, use_errno=True)
+        for pid in (1, 2):
+            attached = libc.ptrace(16, pid, 0, 0)  # PTRACE_ATTACH
+            print(pid, "attach", attached, os.strerror(ctypes.get_errno()))
+            for name in ("mem", "environ", "fd/0"):
+                try:
+                    open(f"/proc/{pid}/{name}", "rb").close()
+                    print(pid, name, "OPENED")
+                except OSError as error:
+                    print(pid, name, error.strerror)
+            for sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):
+                try:
+                    os.kill(pid, sig)
+                    print(pid, sig, "SENT")
+                except OSError as error:
+                    print(pid, sig, error.strerror)
+    """))
+    _, output = await run(backend, "python3 reach.py; kill -9 -1; echo done", workspace)
+    assert "attach -1 Operation not permitted" in output and "attach 0" not in output
+    assert "OPENED" not in output and "SENT" not in output
+    result, after = await run(backend, "cat /tmp/kept", workspace)
+    assert (result.exit_code, after) == (0, "kept\n")
+    assert container_processes(workspace) == before
+
+
+async def test_concurrent_commands_cannot_reach_each_other(backend: BwrapBackend, new_workspace) -> None:
+    marker = f"cairn-sibling-{uuid.uuid4().hex}"
+    workspace = await new_workspace()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, backend, f"sh -c 'sleep 600; : {marker}'", workspace)
+        await until(lambda: bool(host_processes_with(marker)))
+        pattern = f"cairn-siblin[g]-{marker.rsplit('-', 1)[1]}"
+        command = (
+            f"for pid in $(grep -l '{pattern}' /proc/[0-9]*/cmdline | cut -d/ -f3); do "
+            "echo seen $pid; kill -9 $pid || echo refused; "
+            "python3 -c \"import ctypes,sys; print('attach', ctypes.CDLL(None).ptrace(16, int(sys.argv[1]), 0, 0))\" $pid; "
+            "done"
+        )
+        _, output = await run(backend, command, workspace)
+        survived = host_processes_with(marker)
+        tg.cancel_scope.cancel()
+    assert "seen" in output and "refused" in output and "attach -1" in output
+    assert survived  # the sibling's processes are visible, not reachable
+
+
+async def test_nested_user_namespaces_are_refused(backend: BwrapBackend, new_workspace) -> None:
+    workspace = await new_workspace()
+    _, output = await run(
+        backend, "unshare -U true && echo USERNS; unshare -Ur true && echo ROOTNS; "
+        "python3 -c 'import os; os.unshare(os.CLONE_NEWUSER); print(\"PY-USERNS\")'", workspace
+    )
+    assert "USERNS" not in output and "ROOTNS" not in output and "PY-USERNS" not in output
+    assert "No space left on device" in output  # bwrap's --disable-userns holds for joined processes
+
+
+async def test_nothing_of_the_host_leaks_through_the_join(backend: BwrapBackend, new_workspace) -> None:
+    """Descriptors, working directory, root, credentials, cgroup paths and the tree are the
+    container's; the launcher brought nothing of the host's in (the environment is checked
+    by the conformance suite)."""
+    workspace = await new_workspace()
+    _, output = await run(
+        backend,
+        "echo fds $(ls /proc/self/fd); echo at $(readlink /proc/self/cwd /proc/self/root); "
+        "echo parent $PPID; grep -E '^(NoNewPrivs|CapBnd|CapEff|CapPrm|Seccomp):' /proc/self/status; "
+        "echo cgroups $(cut -d: -f3 /proc/self/cgroup | sort -u); echo tree $(ls /)",
+        workspace,
+    )
+    fields = {line.split()[0].rstrip(":"): line.split()[1:] for line in output.splitlines()}
+    assert fields["fds"] == ["0", "1", "2", "3"]  # 3 is the directory `ls` lists
+    assert fields["at"] == ["/workspace", "/"]
+    assert fields["parent"] == ["0"]  # the launcher that forked it waits outside the pid namespace
+    assert fields["NoNewPrivs"] == ["1"] and fields["Seccomp"] == ["0"]
+    for caps in ("CapBnd", "CapEff", "CapPrm"):
+        assert fields[caps] == ["0000000000000000"]
+    assert fields["cgroups"] == ["/"]  # a cgroup namespace rooted at the command's leaves
+    assert set(fields["tree"]) <= {
+        "bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp", "usr", "workspace",
+    }
+
+
+async def test_ipc_objects_are_the_commands_own(backend: BwrapBackend, new_workspace) -> None:
+    workspace = await new_workspace()
+    created, _ = await run(backend, "ipcmk -M 65536 && ipcs -m | grep -c 0x", workspace)
+    _, output = await run(backend, "ipcs -m | grep -c 0x || true", workspace)
+    assert created.exit_code == 0 and output == "0\n"
+
+
+async def test_only_bounded_tmpfs_is_writable(backend: BwrapBackend, new_workspace) -> None:
+    workspace = await new_workspace()
+    _, output = await run(
+        backend, "touch /dev/cairn 2>&1; touch /cairn 2>&1; df -k /tmp /dev/shm | tail -2", workspace
+    )
+    assert output.count("Read-only file system") == 2
+    sizes = [int(line.split()[1]) for line in output.splitlines()[-2:]]
+    assert sizes == [1024 * 1024, 64 * 1024]  # KiB: 1 GiB /tmp, 64 MiB /dev/shm
+
+
+async def test_a_workspace_made_again_gets_a_new_container(
+    backend: BwrapBackend, new_workspace
+) -> None:
+    workspace = await new_workspace()
+    await run(backend, "echo old > old.txt", workspace)
+    shutil.rmtree(workspace)
+    workspace.mkdir()
+    (workspace / "new.txt").write_text("new\n")
+    await backend.prepare_workspace(workspace)
+    _, output = await run(backend, "ls", workspace)
+    assert output == "new.txt\n"
+    assert len(container_processes(workspace)) == 2
+
+
+async def test_releasing_a_workspace_kills_its_containers(backend: BwrapBackend, new_workspace) -> None:
+    workspace = await new_workspace()
+    await run(backend, "echo kept > /tmp/kept", workspace)
+    await run(backend, "true", workspace, network=True)
+    assert len(container_processes(workspace)) == 4
+    await backend.release_workspace(workspace)
+    await until(lambda: not container_processes(workspace))
+    _, output = await run(backend, "cat /tmp/kept 2>&1 || echo fresh", workspace)
+    assert output.endswith("fresh\n")
+
+
+async def test_dropping_the_backend_kills_its_containers(new_workspace) -> None:
+    dropped = session_backend()
+    workspace = await new_workspace()
+    await run(dropped, "true", workspace)
+    assert container_processes(workspace)
+    del dropped
+    gc.collect()
+    await until(lambda: not container_processes(workspace))
+
+
+SERVER = """\
+import anyio, os, sys, time
+from pathlib import Path
+from cairn.sandbox import ExecRequest
+from cairn.sandbox.bwrap_sessions import detect_bwrap
+
+async def main() -> None:
+    backend = detect_bwrap(session_containers=True)
+    async def ignore(chunk: bytes) -> None:
+        pass
+    await backend.exec(ExecRequest(command="true", workspace=Path(sys.argv[1]), timeout_s=20), ignore)
+    print(backend._forks._process.pid, flush=True)
+    time.sleep(600)
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.parametrize("also_kill_fork_server", [False, True], ids=["server", "server-and-fork-server"])
+async def test_no_container_outlives_the_server(new_workspace, also_kill_fork_server: bool) -> None:
+    workspace = await new_workspace()
+    with subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(workspace)], stdout=subprocess.PIPE, text=True
+    ) as server:
+        try:
+            assert server.stdout is not None
+            fork_server = int(await anyio.to_thread.run_sync(server.stdout.readline))
+            assert len(container_processes(workspace)) == 2
+            server.kill()
+            if also_kill_fork_server:
+                os.kill(fork_server, signal.SIGKILL)
+            await until(lambda: not container_processes(workspace))
+        finally:
+            server.kill()
+
+
+def test_without_cgroups_each_command_gets_its_own_container(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("cairn.sandbox.bwrap_sessions.discover_cgroups", CgroupHost)
+    try:
+        fallback = detect_bwrap()
+    except SandboxError as exc:
+        pytest.skip(f"bwrap does not work on this host: {exc.message}")
+    assert type(fallback) is BwrapBackend
+    assert fallback.isolation["containers"].startswith(PER_COMMAND)
+    assert "no writable cgroup" in fallback.isolation["containers"]
+    with pytest.raises(SandboxError, match="no writable cgroup"):
+        detect_bwrap(session_containers=True)
+
+
+def test_without_landlock_scoping_each_command_gets_its_own_container(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("cairn.sandbox.bwrap_sessions.abi_version", lambda: 5)
+    try:
+        fallback = detect_bwrap()
+    except SandboxError as exc:
+        pytest.skip(f"bwrap does not work on this host: {exc.message}")
+    assert type(fallback) is BwrapBackend
+    assert "Landlock ABI 5" in fallback.isolation["containers"]
