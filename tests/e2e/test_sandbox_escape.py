@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ import pytest
 
 from cairn.errors import SandboxError
 from cairn.sandbox import select_backend
+from cairn.sandbox.bwrap_sessions import SessionBwrapBackend
 from cairn.sandbox.selection import ISOLATING_BACKENDS
 from cairn.sandbox.testing import LoopbackListeners, host_processes_with
 from cairn.testing.server import CairnServer
@@ -214,3 +216,26 @@ def test_two_sessions_cannot_see_each_other(
     assert holder["first"].id not in second.output(0)
     second.assert_contained()
     holder["first"].assert_contained()
+
+
+def test_a_deleted_session_leaves_no_sandbox_behind(
+    escape_server: CairnServer, scripts_dir: Path, isolates_processes: tuple[str, bool]
+) -> None:
+    """Where the backend keeps a container per session (bwrap), the session's commands share
+    its /tmp and its container runs between them; once the session is deleted, nothing of
+    its sandbox is left on the host."""
+    keeps_container = isinstance(select_backend(isolates_processes[0]), SessionBwrapBackend)
+    session = play(
+        escape_server, scripts_dir,
+        [{"command": "echo kept > /tmp/kept-here"}, {"command": "cat /tmp/kept-here || echo fresh"}],
+    )
+    assert session.output(1).strip().endswith("kept" if keeps_container else "fresh")
+    container = f"{session.workspace}\0/workspace\0"  # in bwrap's command line
+    assert bool(host_processes_with(container)) is keeps_container
+    session.assert_contained()
+    with escape_server.client() as client:
+        assert client.beta.agents.sessions.delete(session.id).deleted
+    deadline = time.monotonic() + 30
+    while host_processes_with(container):
+        assert time.monotonic() < deadline, "the deleted session's sandbox is still running"
+        time.sleep(0.05)
