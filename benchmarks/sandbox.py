@@ -1,9 +1,14 @@
 """Sandbox overhead: each isolating backend against a direct subprocess, in the same run.
 
-Not part of the test run. Prints two figures per backend (issue 3 targets in brackets):
+Not part of the test run. Prints three figures per backend (issue 3 targets in brackets):
 - per-command overhead: median wall time of `true` run N times (default 200) through
   `backend.exec` minus the median of the same command as a direct anyio subprocess,
-  round-robin so background load hits all alike [<= 20 ms];
+  round-robin so background load hits all alike [<= 20 ms]. `bwrap` is bwrap's default
+  form (one container per session workspace, which every command joins, where the host
+  allows it; its first command, which starts the container, is one of the N);
+  `bwrap-per-command` is its other form, a fresh container for each command;
+- the first command in a new workspace: `true` in a fresh workspace each time, round-robin
+  over the backends (for `bwrap` this includes starting the session's container);
 - throughput of `tar -cf - .` over a 100 MB workspace (90 x 1 MiB + 10240 x 1 KiB files),
   streamed out through `on_output` inside the sandbox vs. read from a direct subprocess
   [inside within 10% of outside], end to end (start to exit status, so including the
@@ -18,8 +23,8 @@ direct subprocess in a new session, as every sandboxed command is (with autogrou
 scheduling, the Linux default, a session is its own CPU scheduling group); the `anyio`
 row is a direct subprocess read through anyio's own process stream (default 64 KiB pipe).
 
-Usage: .venv/bin/python benchmarks/sandbox.py [--runs 200] [--tar-runs 11]
-                                             [--backends bwrap,namespaces,landlock]
+Usage: .venv/bin/python benchmarks/sandbox.py [--runs 200] [--first-runs 20] [--tar-runs 11]
+                            [--backends bwrap,bwrap-per-command,namespaces,landlock]
 Run as root it measures the full production path (dedicated host uid, cgroups, rlimits).
 Backends that do not work on this host are listed with the reason and left out.
 """
@@ -42,10 +47,12 @@ import anyio
 from cairn.errors import SandboxError
 from cairn.sandbox import ExecRequest, SandboxBackend, select_backend
 from cairn.sandbox._forkserver import output_pipe, read_output
+from cairn.sandbox.bwrap_sessions import detect_bwrap
 from cairn.sandbox.selection import ISOLATING_BACKENDS
 
 MIB = 1024 * 1024
 SETTLE_S = 0.2
+PER_COMMAND_BWRAP = "bwrap-per-command"
 
 
 async def direct(
@@ -139,7 +146,34 @@ async def bench_overhead(
     print(f"`true` x{runs}, median (p90) ms, overhead = median - direct median (target <= 20):")
     for name in timings:
         overhead = "" if name == "direct" else f"  overhead {medians[name] - medians['direct']:6.2f}"
-        print(f"  {name:11s} {medians[name]:7.2f} ({p90[name]:6.2f}){overhead}")
+        print(f"  {name:17s} {medians[name]:7.2f} ({p90[name]:6.2f}){overhead}")
+
+
+async def bench_first_command(
+    backends: dict[str, SandboxBackend], root: Path, runs: int
+) -> None:
+    sink = Counter()
+    timings: dict[str, list[float]] = {"direct": [], **{name: [] for name in backends}}
+    for index in range(runs):
+        for name in timings:
+            workspace = root / f"first-{name}-{index}"
+            workspace.mkdir()
+            if name == "direct":
+                started = time.perf_counter()
+                await direct("true", workspace, sink)
+                timings[name].append(time.perf_counter() - started)
+                continue
+            await backends[name].prepare_workspace(workspace)
+            started = time.perf_counter()
+            await sandboxed(backends[name], "true", workspace, sink)
+            timings[name].append(time.perf_counter() - started)
+            await backends[name].release_workspace(workspace)
+    print(f"first `true` in a new workspace x{runs}, median ms (overhead = median - direct median):")
+    direct_ms = statistics.median(timings["direct"]) * 1000
+    for name, values in timings.items():
+        median = statistics.median(values) * 1000
+        overhead = "" if name == "direct" else f"  overhead {median - direct_ms:6.2f}"
+        print(f"  {name:17s} {median:7.2f}{overhead}")
 
 
 async def bench_tar(backends: dict[str, SandboxBackend], workspace: Path, runs: int) -> None:
@@ -185,7 +219,7 @@ async def bench_tar(backends: dict[str, SandboxBackend], workspace: Path, runs: 
         stream_s = statistics.median(streaming[name])
         stream_ratio = statistics.median(streaming["direct"]) / stream_s
         print(
-            f"  {name:11s} {seconds:6.3f} s  {size / MIB / seconds:6.1f} MiB/s  ratio {ratio:.2f}"
+            f"  {name:17s} {seconds:6.3f} s  {size / MIB / seconds:6.1f} MiB/s  ratio {ratio:.2f}"
             f"   streaming {stream_s:6.3f} s  {size / MIB / stream_s:6.1f} MiB/s"
             f"  ratio {stream_ratio:.2f}"
         )
@@ -195,15 +229,19 @@ def working_backends(names: list[str]) -> dict[str, SandboxBackend]:
     backends = {}
     for name in names:
         try:
-            backends[name] = select_backend(name)
+            if name == PER_COMMAND_BWRAP:
+                backends[name] = detect_bwrap(session_containers=False)
+            else:
+                backends[name] = select_backend(name)
         except SandboxError as exc:
             print(f"{name}: does not work on this host: {exc.message}")
             continue
+        print(f"{name}: {backends[name].isolation.get('containers', 'own launcher')}")
         print(f"{name} limits in force:", dict(backends[name].limits_in_force))
     return backends
 
 
-async def main(runs: int, tar_runs: int, names: list[str]) -> None:
+async def main(runs: int, first_runs: int, tar_runs: int, names: list[str]) -> None:
     backends = working_backends(names)
     root = Path(tempfile.mkdtemp(prefix="cairn-bench-"))
     root.chmod(0o711)
@@ -213,6 +251,8 @@ async def main(runs: int, tar_runs: int, names: list[str]) -> None:
         for backend in backends.values():
             await backend.prepare_workspace(small)
         await bench_overhead(backends, small, runs)
+        if first_runs:
+            await bench_first_command(backends, root, first_runs)
         if tar_runs:
             big = root / "big"
             big.mkdir()
@@ -224,7 +264,14 @@ async def main(runs: int, tar_runs: int, names: list[str]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--first-runs", type=int, default=20)
     parser.add_argument("--tar-runs", type=int, default=11)
-    parser.add_argument("--backends", default=",".join(ISOLATING_BACKENDS))
+    parser.add_argument(
+        "--backends",
+        default=",".join(["bwrap", PER_COMMAND_BWRAP, *(n for n in ISOLATING_BACKENDS if n != "bwrap")]),
+    )
     arguments = parser.parse_args()
-    anyio.run(main, arguments.runs, arguments.tar_runs, arguments.backends.split(","))
+    anyio.run(
+        main, arguments.runs, arguments.first_runs, arguments.tar_runs,
+        arguments.backends.split(","),
+    )
