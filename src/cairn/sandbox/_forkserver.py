@@ -33,6 +33,7 @@ import anyio
 from cairn.errors import SandboxError
 from cairn.sandbox import _launcher
 from cairn.sandbox._env import DEFAULT_PATH
+from cairn.sandbox._launcher.forkserver import JOIN
 
 if TYPE_CHECKING:
     from cairn.sandbox._launcher.spec import LaunchSpec
@@ -73,13 +74,16 @@ class ForkServer:
         self._control: socket.socket | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
-    def start(self, spec: LaunchSpec, passed_fd: int | None = None) -> ForkedCommand:
+    def start(
+        self, spec: LaunchSpec, passed_fd: int | None = None, *, joins: bool = False
+    ) -> ForkedCommand:
         """Hand `spec` to the fork server; the command's pid arrives via `ForkedCommand.started`.
 
         `passed_fd` (a copy of it; the caller keeps its own) reaches the launcher as
-        `PASSED_FD`. Blocking only for a few system calls (and, the first time, for
-        starting the fork server). Raises `SandboxError` if the fork server cannot be
-        reached.
+        `PASSED_FD`; with `joins` it is a container init's pidfd, and the command is
+        forked into that init's pid namespace (`_launcher/forkserver.py`). Blocking only
+        for a few system calls (and, the first time, for starting the fork server).
+        Raises `SandboxError` if the fork server cannot be reached.
         """
         output_read, output_write = output_pipe()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -92,7 +96,9 @@ class ForkServer:
             with self._lock:
                 control = self._running()
                 try:
-                    control.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+                    control.sendmsg(
+                        [JOIN if joins else b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)]
+                    )
                 except OSError as exc:
                     self._control = None  # start a new fork server next time
                     raise SandboxError(f"the sandbox fork server is gone: {exc}") from exc
@@ -187,10 +193,7 @@ class ForkedCommand:
 
     async def started(self) -> None:
         """Wait for the fork server to report the command's pid (and a pidfd to signal it)."""
-        kind, value, fds = await self._receive()
-        if kind != "pid" or len(fds) != 1:
-            raise SandboxError(f"unexpected message from the sandbox fork server: {kind}")
-        self.pid, self._pidfd = value, fds[0]
+        self._started(*await self._receive())
 
     async def wait(self) -> int:
         """Wait until the command's main process exits; its status, negative if signalled."""
@@ -260,10 +263,17 @@ class ForkedCommand:
     def _started_blocking(self, deadline: float) -> None:
         self._status.settimeout(max(deadline - time.monotonic(), 0.001))
         try:
-            kind, self.pid, fds = _parse(*self._status.recvmsg(64, socket.CMSG_SPACE(4))[:2])
+            message = _parse(*self._status.recvmsg(64, socket.CMSG_SPACE(4))[:2])
         finally:
             self._status.setblocking(False)
-        self._pidfd = fds[0] if fds else None
+        self._started(*message)
+
+    def _started(self, kind: str, value: int, fds: list[int]) -> None:
+        if kind == "error":  # the fork server could not fork it (its container is gone)
+            raise SandboxError(f"the sandbox could not start the command: {os.strerror(value)}")
+        if kind != "pid" or len(fds) != 1:
+            raise SandboxError(f"unexpected message from the sandbox fork server: {kind}")
+        self.pid, self._pidfd = value, fds[0]
 
     def _read_blocking(self, deadline: float, *, until: bytes | None) -> bytes:
         output_fd = self._output_fd

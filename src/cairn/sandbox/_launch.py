@@ -94,7 +94,8 @@ class LaunchedBackend(SandboxBackend):
             self._scratch() as scratch,
             self._container(request, identity) as container,
         ):
-            command = self._forks.start(self._spec(request, contained, scratch), container)
+            spec = self._spec(request, contained, scratch)
+            command = self._forks.start(spec, container, joins=container is not None)
             return await run_supervised(
                 command,
                 timeout_s=request.timeout_s,
@@ -136,7 +137,8 @@ class LaunchedBackend(SandboxBackend):
         contained = CommandContainment(
             cgroup=None, rlimits=self._containment.rlimit_plan(request.limits)
         )
-        command = self._forks.start(self._spec(request, contained, scratch), container)
+        spec = self._spec(request, contained, scratch)
+        command = self._forks.start(spec, container, joins=container is not None)
         try:
             returncode, output = command.run_blocking(_PROBE_TIMEOUT_S)
         finally:

@@ -19,7 +19,8 @@ What keeps a command from outliving itself or reaching beyond its session:
 - the container's init lives outside those leaves, so commands must not be able to trace
   or signal it (a traced init could fork a process no cgroup tracks): the Landlock scope
   (ABI >= 6) denies ptrace, /proc/<pid>/mem and signals to any process outside the
-  command's own domain, which also keeps concurrent commands of a session off each other;
+  command's own domain, which also keeps concurrent commands of a session off each other,
+  and the container's /proc (hidepid=invisible) lists only what a command may trace;
 - nothing that accumulates outlives the command unbounded: /tmp and /dev/shm are tmpfs
   of a fixed size (they are the session's, kept until its container goes), /dev is
   read-only, SysV IPC is the command's own;
@@ -35,6 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import tempfile
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -48,6 +50,7 @@ from cairn.sandbox._containment import CommandContainment, Containment
 from cairn.sandbox._env import DEFAULT_PATH, command_env
 from cairn.sandbox._launcher.landlock import SCOPING_ABI, abi_version
 from cairn.sandbox._launcher.spec import PASSED_FD
+from cairn.sandbox._launcher.syscalls import reconfigure_mount
 from cairn.sandbox._rootfs import SANDBOX_HOME, SANDBOX_USER
 from cairn.sandbox._session_containers import ContainerKey, SessionContainer, SessionContainers
 from cairn.sandbox._workspace import WorkspaceIdentity, hand_over_workspace, workspace_identity
@@ -125,9 +128,10 @@ class SessionBwrapBackend(BwrapBackend):
                 "container starts) are read-only; the rest of the host filesystem is absent"
             ),
             "processes": (
-                "own pid and uts namespaces per session (its concurrent commands see each "
-                "other's processes but cannot trace or signal them, nor the container's init); "
-                "own ipc and cgroup namespaces per command; host processes are invisible"
+                "own pid and uts namespaces per session, own ipc and cgroup namespaces per "
+                "command; a command sees, traces and signals only its own processes (/proc "
+                "hidepid=invisible, Landlock scope): not the container's init, not the "
+                "session's other commands, not the host's"
             ),
         }
 
@@ -199,10 +203,14 @@ class SessionBwrapBackend(BwrapBackend):
                         "the session container did not start: "
                         + output.decode(errors="replace").strip()
                     )
-                init_pidfd = _open_init(info_read, monitor.pid)
-                if monitor.has_exited():  # its pid may be anyone's now: so may the init's
+                init_pid, init_pidfd = _open_init(info_read, monitor.pid)
+                try:
+                    if monitor.has_exited():  # its pid may be anyone's now: so may the init's
+                        raise SandboxError("the session container ended as it started")
+                    _hide_foreign_processes(init_pid, init_pidfd)
+                except BaseException:
                     os.close(init_pidfd)
-                    raise SandboxError("the session container ended as it started")
+                    raise
             except BaseException:
                 monitor.kill()
                 monitor.close()
@@ -227,8 +235,9 @@ class SessionBwrapBackend(BwrapBackend):
                 container.close()
 
 
-def _open_init(info_fd: int, monitor_pid: int) -> int:
-    """A pidfd for the init bwrap reported on `info_fd`, checked to be the monitor's child.
+def _open_init(info_fd: int, monitor_pid: int) -> tuple[int, int]:
+    """The pid of the init bwrap reported on `info_fd`, checked to be the monitor's child,
+    and a pidfd for it.
 
     The report was written before the init could run, so it is complete by now.
     """
@@ -253,7 +262,29 @@ def _open_init(info_fd: int, monitor_pid: int) -> int:
     if _parent_of(init_pid) != monitor_pid:
         os.close(init_pidfd)
         raise SandboxError(f"process {init_pid} is not the session container bwrap started")
-    return init_pidfd
+    return init_pid, init_pidfd
+
+
+def _hide_foreign_processes(init_pid: int, init_pidfd: int) -> None:
+    """Mount the container's /proc with hidepid=invisible: a command then lists only the
+    processes it may trace, which Landlock's scope makes its own. The container's init,
+    the session's other commands and a launcher on its way in (a host-root process for a
+    moment, with the fork server's command line) are not even listed.
+
+    The mount is reached through the init's root; that the init is still alive once it
+    is picked proves its pid was not reused, so the mount is the container's.
+    """
+
+    def still_the_container() -> None:
+        if select.select([init_pidfd], [], [], 0)[0]:
+            raise SandboxError("the session container ended as it started")
+
+    try:
+        reconfigure_mount(
+            f"/proc/{init_pid}/root/proc", {"hidepid": "invisible"}, before=still_the_container
+        )
+    except OSError as exc:
+        raise SandboxError(f"could not hide other processes from the session's commands: {exc}") from exc
 
 
 def _parent_of(pid: int) -> int:

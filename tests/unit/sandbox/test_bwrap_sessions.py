@@ -203,13 +203,11 @@ async def test_background_processes_end_with_their_command(backend: BwrapBackend
     )
     assert result.exit_code == 0
     assert host_processes_with(marker) == []
-    # Inside, the container holds only bwrap's reaper, the init and the next command.
+    # Inside, the next command lists only itself (the container's own two are hidden).
     _, output = await run(
         backend, "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done", workspace
     )
-    processes = output.splitlines()
-    assert marker not in output and len(processes) == 3, processes
-    assert processes[0].startswith("/usr/bin/bwrap ") and processes[1] == "/bin/sleep infinity "
+    assert output.splitlines() == ["/bin/sh -c for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done "]
 
 
 async def test_the_container_init_is_out_of_reach(backend: BwrapBackend, new_workspace) -> None:
@@ -221,6 +219,7 @@ async def test_the_container_init_is_out_of_reach(backend: BwrapBackend, new_wor
     (workspace / "reach.py").write_text(textwrap.dedent("""\
         import ctypes, os, signal
         libc = ctypes.CDLL(None, use_errno=True)
+        print("listed", sorted(name for name in os.listdir("/proc") if name.isdigit()))
         for pid in (1, 2):
             attached = libc.ptrace(16, pid, 0, 0)  # PTRACE_ATTACH
             print(pid, "attach", attached, os.strerror(ctypes.get_errno()))
@@ -240,29 +239,42 @@ async def test_the_container_init_is_out_of_reach(backend: BwrapBackend, new_wor
     _, output = await run(backend, "python3 reach.py; kill -9 -1; echo done", workspace)
     assert "attach -1 Operation not permitted" in output and "attach 0" not in output
     assert "OPENED" not in output and "SENT" not in output
+    listed = output.split("listed ", 1)[1].split("\n", 1)[0]
+    assert "'1'" not in listed and "'2'" not in listed  # hidden as well
     result, after = await run(backend, "cat /tmp/kept", workspace)
     assert (result.exit_code, after) == (0, "kept\n")
     assert container_processes(workspace) == before
 
 
-async def test_concurrent_commands_cannot_reach_each_other(backend: BwrapBackend, new_workspace) -> None:
+def pid_inside(host_pid: int) -> int:
+    """`host_pid`'s number in its own (innermost) pid namespace."""
+    status = Path(f"/proc/{host_pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("NSpid:")).split()[-1])
+
+
+async def test_concurrent_commands_cannot_see_or_reach_each_other(
+    backend: BwrapBackend, new_workspace
+) -> None:
     marker = f"cairn-sibling-{uuid.uuid4().hex}"
     workspace = await new_workspace()
     async with anyio.create_task_group() as tg:
         tg.start_soon(run, backend, f"sh -c 'sleep 600; : {marker}'", workspace)
         await until(lambda: bool(host_processes_with(marker)))
+        sibling = host_processes_with(marker)
         pattern = f"cairn-siblin[g]-{marker.rsplit('-', 1)[1]}"
         command = (
-            f"for pid in $(grep -l '{pattern}' /proc/[0-9]*/cmdline | cut -d/ -f3); do "
-            "echo seen $pid; kill -9 $pid || echo refused; "
+            f"grep -l '{pattern}' /proc/[0-9]*/cmdline || echo unlisted; "
+            f"for pid in {' '.join(str(pid_inside(pid)) for pid in sibling)}; do "
+            "kill -9 $pid || echo refused; "
             "python3 -c \"import ctypes,sys; print('attach', ctypes.CDLL(None).ptrace(16, int(sys.argv[1]), 0, 0))\" $pid; "
             "done"
         )
         _, output = await run(backend, command, workspace)
         survived = host_processes_with(marker)
         tg.cancel_scope.cancel()
-    assert "seen" in output and "refused" in output and "attach -1" in output
-    assert survived  # the sibling's processes are visible, not reachable
+    assert "unlisted" in output
+    assert output.count("refused") == len(sibling) and output.count("attach -1") == len(sibling)
+    assert sorted(survived) == sorted(sibling)
 
 
 async def test_nested_user_namespaces_are_refused(backend: BwrapBackend, new_workspace) -> None:

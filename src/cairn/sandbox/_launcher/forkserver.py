@@ -6,9 +6,16 @@ per command over a SOCK_SEQPACKET socket: a byte, with three file descriptors at
 the memfd holding the `LaunchSpec`, the write end of the command's output pipe, and one
 end of a per-command status socket — and optionally a fourth, which the child receives
 as `PASSED_FD`. It forks; the child makes the pipe its stdout and stderr, /dev/null its
-stdin, starts a new session, closes everything else and runs the launcher (`main.run`). The fork server sends the child's pid (with a pidfd attached) on
-the status socket, and its wait status when it ends (it is the child's parent, so it
-reaps it), then closes it.
+stdin, starts a new session, closes everything else and runs the launcher (`main.run`).
+The fork server sends the child's pid (with a pidfd attached) on the status socket, and
+its wait status when it ends (it is the child's parent, so it reaps it), then closes it.
+
+A request whose byte is `JOIN` carries a container's init as that fourth descriptor (a
+pidfd): the child is forked straight into that init's pid namespace, and the fork server
+returns to its own at once, before anything else can be forked (or dies trying: nothing
+may ever be forked into the wrong container). The child enters the container's other
+namespaces itself (`main.py`), with no process left between it and the fork server; its
+status is relayed as a shell reports it (128 + signal when killed), as bwrap would.
 
 It stays single-threaded and small, so forking it is cheap and safe. When the server's end
 of the control socket closes (the server exited or died), it SIGKILLs the process groups
@@ -25,39 +32,46 @@ import sys
 
 from .main import LAUNCH_FAILED, run
 from .spec import PASSED_FD
+from .syscalls import setns
 
-__all__ = ["serve"]
+__all__ = ["JOIN", "serve"]
 
+JOIN = b"j"
 _SCM_RIGHTS = 1
 _SOL_SOCKET = 1
 _MAX_FDS_PER_REQUEST = 4
 _SIGKILL = 9
+_CLONE_NEWPID = 0x20000000
+
+# pidfd -> (pid, status socket, whether its status is relayed as a shell reports it)
+_Children = dict[int, tuple[int, _socket.socket, bool]]
 
 
 def serve(control_fd: int) -> None:
     control = _socket.socket(fileno=control_fd)
+    own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     poller = select.poll()
     poller.register(control.fileno(), select.POLLIN)
-    children: dict[int, tuple[int, _socket.socket]] = {}  # pidfd -> (pid, status socket)
+    children: _Children = {}
     while True:
         for fd, _ in poller.poll():
             if fd == control.fileno():
-                if not _accept(control, children, poller):
+                if not _accept(control, children, poller, own_pid_namespace):
                     _kill_all(children)
                     return
             else:
-                pid, status = children.pop(fd)
+                pid, status, relayed = children.pop(fd)
                 poller.unregister(fd)
                 os.close(fd)
                 _, code = os.waitpid(pid, 0)
+                if relayed and os.WIFSIGNALED(code):
+                    code = ((128 + os.WTERMSIG(code)) & 0xFF) << 8
                 _send(status, ("exit", code))
                 status.close()
 
 
 def _accept(
-    control: _socket.socket,
-    children: dict[int, tuple[int, _socket.socket]],
-    poller: select.poll,
+    control: _socket.socket, children: _Children, poller: select.poll, own_pid_namespace: int
 ) -> bool:
     """Fork one command; return False when the server has gone away."""
     data, ancillary, _, _ = control.recvmsg(1, _socket.CMSG_SPACE(4 * _MAX_FDS_PER_REQUEST))
@@ -71,16 +85,43 @@ def _accept(
         return False
     spec_fd, output_fd, status_fd, *passed = fds
     status = _socket.socket(fileno=status_fd)
-    pid = os.fork()
-    if pid == 0:
-        _become_command(spec_fd, output_fd, passed[0] if passed else None)
+    joins = data == JOIN
+    try:
+        if joins:
+            setns(passed[0], _CLONE_NEWPID)  # for the next child only
+    except OSError as exc:  # the container is gone
+        _send(status, ("error", exc.errno or 0))
+        status.close()
+        pid = 0
+    else:
+        try:
+            pid = os.fork()
+        except BaseException:
+            if joins:
+                _leave_container(own_pid_namespace, children)
+            raise
+        if pid == 0:
+            _become_command(spec_fd, output_fd, passed[0] if passed else None)
+        if joins:
+            _leave_container(own_pid_namespace, children)
     for fd in (spec_fd, output_fd, *passed):
         os.close(fd)
-    pidfd = os.pidfd_open(pid)
-    children[pidfd] = (pid, status)
-    poller.register(pidfd, select.POLLIN)
-    _send(status, ("pid", pid), pidfd)
+    if pid:
+        pidfd = os.pidfd_open(pid)
+        children[pidfd] = (pid, status, joins)
+        poller.register(pidfd, select.POLLIN)
+        _send(status, ("pid", pid), pidfd)
     return True
+
+
+def _leave_container(own_pid_namespace: int, children: _Children) -> None:
+    """Fork into this process's own pid namespace again; if that fails, die (killing what
+    runs) rather than fork the next command into a container that is not its own."""
+    try:
+        setns(own_pid_namespace, _CLONE_NEWPID)
+    except OSError:
+        _kill_all(children)
+        os._exit(LAUNCH_FAILED)
 
 
 def _become_command(spec_fd: int, output_fd: int, passed_fd: int | None) -> None:
@@ -116,8 +157,8 @@ def _send(status: _socket.socket, message: tuple[str, int], fd: int | None = Non
         pass  # the server stopped waiting for this command (it was cancelled and closed)
 
 
-def _kill_all(children: dict[int, tuple[int, _socket.socket]]) -> None:
-    for pid, _ in children.values():
+def _kill_all(children: _Children) -> None:
+    for pid, _, _ in children.values():
         try:
             os.killpg(pid, _SIGKILL)
         except ProcessLookupError:

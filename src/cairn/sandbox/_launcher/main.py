@@ -6,8 +6,8 @@ Steps, in an order that matters:
 2. `namespaces` mode: unshare mount, pid, ipc, uts, cgroup (and, without network, net)
    namespaces and fork; this process stays outside as the waiter and the child, pid 1 of
    the new pid namespace (so nothing survives it), builds and pivots into the new root;
-   `join` mode (bwrap session containers): enter a running container's namespaces
-   (`_join_container`) and fork; the child is inside its pid namespace;
+   `join` mode (bwrap session containers): the fork server forked this process into a
+   running container's pid namespace; enter its other namespaces (`_join_container`);
 3. `landlock` mode: stays in the host's namespaces and restricts itself to an allowlist;
 4. drop to the unprivileged user (no capabilities, no_new_privs), tie the child to its
    waiter (after the drop, which clears a parent-death signal), open the files the
@@ -54,7 +54,7 @@ def run(spec: LaunchSpec) -> None:
         _contain(spec)
         waiter_alive = None
         if spec["join"] is not None:
-            waiter_alive = _join_container()
+            _join_container()
         elif spec["rootfs"] is not None:
             waiter_alive = _enter_namespaces(spec)
         _confine_and_exec(spec, waiter_alive)
@@ -91,24 +91,25 @@ def _enter_namespaces(spec: LaunchSpec) -> int:
     return waiter_alive
 
 
-def _join_container() -> int:
-    """Enter the container whose init's pidfd is `PASSED_FD`, then fork; only the child
-    returns, inside the container's pid namespace. Returns the waiter's alive descriptor.
+def _join_container() -> None:
+    """Enter the user, mount, uts and net namespaces of the container whose init's pidfd is
+    `PASSED_FD` (the fork server forked this process into its pid namespace already).
 
-    One `setns` through the pidfd enters the user, mount, pid, uts and net namespaces at
-    once: permission is checked with this process's host credentials before any of them
-    takes effect (entering bwrap's nested user namespace first, one by one, would leave no
-    right to enter the others). Entering the mount namespace sets the root and working
-    directory to the container's root, so nothing of the host's tree is held. The ipc
-    and cgroup namespaces are fresh, the command's own: SysV IPC and POSIX queues die with
-    it instead of piling up in a long-lived container, and its cgroup leaves are its root.
+    One `setns` through the pidfd enters them all at once: permission is checked with this
+    process's host credentials before any of them takes effect (entering bwrap's nested
+    user namespace first, one by one, would leave no right to enter the others). Entering
+    the mount namespace sets the root and working directory to the container's root, so
+    nothing of the host's tree is held. The ipc and cgroup namespaces are fresh, the
+    command's own: SysV IPC and POSIX queues die with it instead of piling up in a
+    long-lived container, and its cgroup leaves are its root. Until the privilege drop
+    that follows, container processes cannot reach this one: it is another host uid, and
+    outside their Landlock domains.
     """
     if os.geteuid() == 0:
         os.setgroups([])  # impossible inside: bwrap's user namespace denies setgroups
-    setns(PASSED_FD, _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWUTS | _CLONE_NEWNET)
+    setns(PASSED_FD, _CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWUTS | _CLONE_NEWNET)
     os.close(PASSED_FD)
     unshare(_CLONE_NEWIPC | _CLONE_NEWCGROUP)
-    return _fork_waiter()
 
 
 def _fork_waiter() -> int:

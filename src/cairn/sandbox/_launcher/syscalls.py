@@ -1,7 +1,7 @@
 """The raw Linux system calls the launcher needs, each raising `OSError` on failure.
 
-Python 3.11's `os` has no `mount`, `unshare`, `setns`, `pivot_root`, `prctl`, `capset` or
-Landlock calls, so they go through libc with ctypes. Syscall numbers that libc has no wrapper for
+Python 3.11's `os` has no `mount`, `unshare`, `setns`, `pivot_root`, `prctl`, `capset`,
+Landlock or mount-API (`fspick`, `fsconfig`) calls, so they go through libc with ctypes. Syscall numbers that libc has no wrapper for
 differ per architecture; an unknown architecture is an error, never a guess.
 """
 
@@ -10,9 +10,14 @@ from __future__ import annotations
 import ctypes
 import os
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 __all__ = [
     "call",
     "capset_zero",
+    "reconfigure_mount",
     "mount",
     "pivot_root",
     "prctl",
@@ -33,6 +38,12 @@ _NUMBERS = {
 LANDLOCK_CREATE_RULESET = 444
 LANDLOCK_ADD_RULE = 445
 LANDLOCK_RESTRICT_SELF = 446
+# The mount API's are too (both architectures use the common table for calls >= 424).
+_FSCONFIG = 431
+_FSPICK = 433
+_FSCONFIG_SET_STRING = 1
+_FSCONFIG_CMD_RECONFIGURE = 7
+_AT_FDCWD = -100
 
 
 def _number(name: str) -> int:
@@ -77,6 +88,25 @@ def unshare(flags: int) -> None:
 
 def setns(fd: int, flags: int) -> None:
     call(_LIBC.setns(ctypes.c_int(fd), ctypes.c_int(flags)), "setns")
+
+
+def reconfigure_mount(path: str, options: dict[str, str], *, before: Callable[[], None]) -> None:
+    """Set `options` on the file system mounted at `path` (its root), calling `before` once
+    the mount is picked and before anything changes (a last check that it is the right one).
+
+    `fspick` reaches a mount of another mount namespace through a path such as
+    /proc/<pid>/root/..., which `mount(MS_REMOUNT)` refuses.
+    """
+    fd = syscall(_FSPICK, ctypes.c_int(_AT_FDCWD), path.encode(), ctypes.c_uint(0), what=f"fspick {path}")
+    try:
+        before()
+        for key, value in options.items():
+            syscall(_FSCONFIG, ctypes.c_int(fd), ctypes.c_uint(_FSCONFIG_SET_STRING), key.encode(),
+                    value.encode(), ctypes.c_int(0), what=f"fsconfig {key}={value}")
+        syscall(_FSCONFIG, ctypes.c_int(fd), ctypes.c_uint(_FSCONFIG_CMD_RECONFIGURE), None, None,
+                ctypes.c_int(0), what=f"reconfigure {path}")
+    finally:
+        os.close(fd)
 
 
 def pivot_root(new_root: str, put_old: str) -> None:
