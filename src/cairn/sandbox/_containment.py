@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 
 from cairn._concurrency import run_sync
 from cairn.sandbox._cgroups import CgroupHost, CommandCgroup
 from cairn.sandbox._rlimits import RlimitPlan, plan_rlimits
+from cairn.sandbox._workspace import WorkspaceIdentity, workspace_identity
 from cairn.sandbox.base import ResourceLimits
 
 __all__ = ["CommandContainment", "Containment"]
@@ -29,10 +31,12 @@ _FIELDS = ("memory_bytes", "max_processes", "cpu_time_s", "file_size_bytes", "op
 
 @dataclass(frozen=True, slots=True)
 class CommandContainment:
-    """What one command is started under: its cgroup leaves, rlimits and leftover-killer."""
+    """What one command is started under: its cgroup leaves, rlimits and leftover-killer,
+    and the identity of the workspace directory it was checked against."""
 
     cgroup: CommandCgroup | None
     rlimits: RlimitPlan
+    workspace: WorkspaceIdentity
 
     @property
     def cgroup_join(self) -> list[str]:
@@ -99,17 +103,32 @@ class Containment:
         return report
 
     @asynccontextmanager
-    async def command(self, limits: ResourceLimits) -> AsyncIterator[CommandContainment]:
-        """Set up one command's limits; on exit kill its leftovers and remove its cgroups."""
-        cgroup: CommandCgroup | None = None
-        if self._cgroups.in_use:
-            cgroup = await run_sync(CommandCgroup.create, self._cgroups, limits)
+    async def command(
+        self, limits: ResourceLimits, workspace: Path
+    ) -> AsyncIterator[CommandContainment]:
+        """Check that `workspace` is a directory (`WorkspaceError`) and set up one command's
+        limits; on exit kill its leftovers and remove its cgroups.
+
+        Both in one trip to a worker thread: each trip costs a wake-up before the command
+        can start.
+        """
+        identity, cgroup = await run_sync(self._prepare, limits, workspace)
         try:
-            yield CommandContainment(cgroup=cgroup, rlimits=self.rlimit_plan(limits))
+            yield CommandContainment(
+                cgroup=cgroup, rlimits=self.rlimit_plan(limits), workspace=identity
+            )
         finally:
             if cgroup is not None and not cgroup.removed:  # e.g. the command never started
                 with anyio.CancelScope(shield=True):
                     await run_sync(cgroup.dispose)
+
+    def _prepare(
+        self, limits: ResourceLimits, workspace: Path
+    ) -> tuple[WorkspaceIdentity, CommandCgroup | None]:
+        identity = workspace_identity(workspace)
+        if not self._cgroups.in_use:
+            return identity, None
+        return identity, CommandCgroup.create(self._cgroups, limits)
 
     def _cleanup(self) -> str:
         if self._pid_namespace:

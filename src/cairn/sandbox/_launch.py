@@ -88,11 +88,10 @@ class LaunchedBackend(SandboxBackend):
         await run_sync(hand_over_workspace, workspace, self._account)
 
     async def exec(self, request: ExecRequest, on_output: OutputSink) -> ExecResult:
-        identity = await run_sync(workspace_identity, request.workspace)
         async with (
-            self._containment.command(request.limits) as contained,
+            self._containment.command(request.limits, request.workspace) as contained,
             self._scratch() as scratch,
-            self._container(request, identity) as container,
+            self._container(request, contained.workspace) as container,
         ):
             spec = self._spec(request, contained, scratch)
             command = self._forks.start(spec, container, joins=container is not None)
@@ -135,7 +134,9 @@ class LaunchedBackend(SandboxBackend):
         request = ExecRequest(command="true", workspace=workspace, timeout_s=_PROBE_TIMEOUT_S,
                               limits=ResourceLimits(memory_bytes=None, max_processes=None))
         contained = CommandContainment(
-            cgroup=None, rlimits=self._containment.rlimit_plan(request.limits)
+            cgroup=None,
+            rlimits=self._containment.rlimit_plan(request.limits),
+            workspace=workspace_identity(workspace),
         )
         spec = self._spec(request, contained, scratch)
         command = self._forks.start(spec, container, joins=container is not None)
