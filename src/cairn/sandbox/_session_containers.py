@@ -30,12 +30,16 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from cairn._concurrency import run_sync
+from cairn.errors import SandboxError
 from cairn.sandbox._forkserver import ForkedCommand
 from cairn.sandbox._workspace import WorkspaceIdentity
 
 __all__ = ["ContainerKey", "SessionContainer", "SessionContainers"]
 
 logger = logging.getLogger(__name__)
+
+# A container that dies as soon as it is started (twice over) is not started a third time.
+_STARTS = 2
 
 @dataclass(frozen=True, slots=True)
 class ContainerKey:
@@ -91,8 +95,15 @@ class SessionContainers:
         """Hold the live container for `key` (starting one if needed) and yield its init's
         pidfd, valid until the block ends. Raises `SandboxError` if none can be started."""
         container = self._pool.lease(key, identity)
+        starts = 0
         while container is None:
+            if starts == _STARTS:
+                raise SandboxError(
+                    f"the session container of {key.workspace} ended each time it was started",
+                    context={"starts": starts},
+                )
             await run_sync(self._ensure, key, identity)
+            starts += 1
             container = self._pool.lease(key, identity)
         try:
             yield container.init_pidfd
@@ -124,6 +135,8 @@ class _Pool:
 
     def lease(self, key: ContainerKey, identity: WorkspaceIdentity) -> SessionContainer | None:
         with self._lock:
+            if self._closed:
+                raise SandboxError("the sandbox backend has shut down its session containers")
             container = self._containers.get(key)
             if container is None:
                 return None
