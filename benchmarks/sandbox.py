@@ -128,25 +128,30 @@ def make_big_workspace(path: Path) -> int:
     return 90 * MIB + 10240 * 1024
 
 
+async def time_true(
+    name: str, backends: dict[str, SandboxBackend], workspace: Path, sink: Counter
+) -> float:
+    """Seconds `true` takes directly ("direct") or through the backend called `name`."""
+    started = time.perf_counter()
+    if name == "direct":
+        await direct("true", workspace, sink)
+    else:
+        await sandboxed(backends[name], "true", workspace, sink)
+    return time.perf_counter() - started
+
+
 async def bench_overhead(
     backends: dict[str, SandboxBackend], workspace: Path, runs: int
 ) -> None:
     sink = Counter()
     timings: dict[str, list[float]] = {"direct": [], **{name: [] for name in backends}}
     for _ in range(runs):
-        started = time.perf_counter()
-        await direct("true", workspace, sink)
-        timings["direct"].append(time.perf_counter() - started)
-        for name, backend in backends.items():
-            started = time.perf_counter()
-            await sandboxed(backend, "true", workspace, sink)
-            timings[name].append(time.perf_counter() - started)
-    medians = {name: statistics.median(values) * 1000 for name, values in timings.items()}
-    p90 = {name: statistics.quantiles(values, n=10)[-1] * 1000 for name, values in timings.items()}
-    print(f"`true` x{runs}, median (p90) ms, overhead = median - direct median (target <= 20):")
-    for name in timings:
-        overhead = "" if name == "direct" else f"  overhead {medians[name] - medians['direct']:6.2f}"
-        print(f"  {name:17s} {medians[name]:7.2f} ({p90[name]:6.2f}){overhead}")
+        for name, values in timings.items():
+            values.append(await time_true(name, backends, workspace, sink))
+    print_overheads(
+        f"`true` x{runs}, median (p90) ms, overhead = median - direct median (target <= 20):",
+        timings,
+    )
 
 
 async def bench_first_command(
@@ -155,25 +160,28 @@ async def bench_first_command(
     sink = Counter()
     timings: dict[str, list[float]] = {"direct": [], **{name: [] for name in backends}}
     for index in range(runs):
-        for name in timings:
+        for name, values in timings.items():
             workspace = root / f"first-{name}-{index}"
             workspace.mkdir()
-            if name == "direct":
-                started = time.perf_counter()
-                await direct("true", workspace, sink)
-                timings[name].append(time.perf_counter() - started)
-                continue
-            await backends[name].prepare_workspace(workspace)
-            started = time.perf_counter()
-            await sandboxed(backends[name], "true", workspace, sink)
-            timings[name].append(time.perf_counter() - started)
-            await backends[name].release_workspace(workspace)
-    print(f"first `true` in a new workspace x{runs}, median ms (overhead = median - direct median):")
-    direct_ms = statistics.median(timings["direct"]) * 1000
-    for name, values in timings.items():
-        median = statistics.median(values) * 1000
-        overhead = "" if name == "direct" else f"  overhead {median - direct_ms:6.2f}"
-        print(f"  {name:17s} {median:7.2f}{overhead}")
+            if name != "direct":
+                await backends[name].prepare_workspace(workspace)
+            values.append(await time_true(name, backends, workspace, sink))
+            if name != "direct":
+                await backends[name].release_workspace(workspace)
+    print_overheads(
+        f"first `true` in a new workspace x{runs}, median (p90) ms, overhead = median - direct "
+        "median:",
+        timings,
+    )
+
+
+def print_overheads(title: str, timings: dict[str, list[float]]) -> None:
+    medians = {name: statistics.median(values) * 1000 for name, values in timings.items()}
+    p90 = {name: statistics.quantiles(values, n=10)[-1] * 1000 for name, values in timings.items()}
+    print(title)
+    for name in timings:
+        overhead = "" if name == "direct" else f"  overhead {medians[name] - medians['direct']:6.2f}"
+        print(f"  {name:17s} {medians[name]:7.2f} ({p90[name]:6.2f}){overhead}")
 
 
 async def bench_tar(backends: dict[str, SandboxBackend], workspace: Path, runs: int) -> None:

@@ -1,16 +1,47 @@
 """Host-side checks for sandbox tests: what runs and what arrived on the host after a command.
 
 Escape and cleanup tests assert on the host, not on what a sandboxed command reports, so
-backend-level and end-to-end suites share this one scan of the host's /proc.
+backend-level and end-to-end suites share this one scan of the host's /proc, and the
+workspaces they make live where the sandbox account can reach them.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["LoopbackListeners", "host_processes_with"]
+from cairn.sandbox.base import SandboxBackend
+
+__all__ = ["LoopbackListeners", "host_processes_with", "new_workspace", "workspace_root"]
+
+
+@contextmanager
+def workspace_root(prefix: str) -> Iterator[Path]:
+    """A fresh directory under the temp dir for test workspaces, removed afterwards.
+
+    Mode 0711, unlike pytest's tmp_path (0700 under /tmp/pytest-of-root): the sandbox
+    account must traverse it to reach a workspace.
+    """
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    root.chmod(0o711)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root)
+
+
+async def new_workspace(root: Path, backend: SandboxBackend) -> Path:
+    """A new workspace under `root`, prepared for `backend`."""
+    path = root / uuid.uuid4().hex[:12]
+    path.mkdir()
+    await backend.prepare_workspace(path)
+    return path
 
 
 def host_processes_with(marker: str) -> list[int]:

@@ -7,15 +7,14 @@ cannot work on this host is skipped with its reason. A case a backend cannot pas
 (`requires_capability`), never by backend name.
 
 Workspaces live under a 0711 directory in /tmp rather than pytest's tmp_path: bwrap runs as
-the unprivileged sandbox account, which cannot traverse /tmp/pytest-of-root (0700).
+the unprivileged sandbox account, which cannot traverse /tmp/pytest-of-root (0700)
+(`cairn.sandbox.testing.workspace_root`).
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from cairn.sandbox import (
     SandboxBackend,
     select_backend,
 )
+from cairn.sandbox import testing
 from cairn.sandbox.bwrap_sessions import detect_bwrap
 
 # bwrap's fallback form, forced: a fresh container for each command.
@@ -59,10 +59,8 @@ def requires_capability(backend: SandboxBackend, capability: str, why: str) -> N
 
 @pytest.fixture(scope="session")
 def workspace_root() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="cairn-sandbox-tests-"))
-    root.chmod(0o711)
-    yield root
-    shutil.rmtree(root)
+    with testing.workspace_root("cairn-sandbox-tests-") as root:
+        yield root
 
 
 @pytest.fixture
@@ -70,14 +68,7 @@ def new_workspace(
     workspace_root: Path, backend: SandboxBackend
 ) -> Callable[[], Awaitable[Path]]:
     """Create and prepare a fresh workspace for `backend`."""
-
-    async def create() -> Path:
-        path = workspace_root / uuid.uuid4().hex[:12]
-        path.mkdir()
-        await backend.prepare_workspace(path)
-        return path
-
-    return create
+    return partial(testing.new_workspace, workspace_root, backend)
 
 
 class Recorder:

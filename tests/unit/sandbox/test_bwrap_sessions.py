@@ -14,10 +14,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -29,6 +29,7 @@ from cairn.sandbox._cgroups import CgroupHost
 from cairn.sandbox.bwrap import PER_COMMAND, BwrapBackend
 from cairn.sandbox.bwrap_sessions import SessionBwrapBackend, detect_bwrap
 from cairn.sandbox.doctor import describe_host
+from cairn.sandbox import testing
 from cairn.sandbox.testing import host_processes_with
 
 pytestmark = pytest.mark.anyio
@@ -55,22 +56,13 @@ def backend() -> BwrapBackend:
 
 @pytest.fixture(scope="module")
 def workspace_root() -> Iterator[Path]:
-    # Traversable by the sandbox account, unlike pytest's 0700 tmp_path.
-    root = Path(tempfile.mkdtemp(prefix="cairn-bwrap-sessions-"))
-    root.chmod(0o711)
-    yield root
-    shutil.rmtree(root)
+    with testing.workspace_root("cairn-bwrap-sessions-") as root:
+        yield root
 
 
 @pytest.fixture
 def new_workspace(workspace_root: Path, backend: BwrapBackend) -> Callable[[], Awaitable[Path]]:
-    async def create() -> Path:
-        path = workspace_root / uuid.uuid4().hex[:12]
-        path.mkdir()
-        await backend.prepare_workspace(path)
-        return path
-
-    return create
+    return partial(testing.new_workspace, workspace_root, backend)
 
 
 async def run(
@@ -124,24 +116,19 @@ async def test_each_network_setting_has_its_own_container(backend: BwrapBackend,
     assert len(container_processes(workspace)) == 4
 
 
-async def test_an_idle_container_is_reaped() -> None:
+async def test_an_idle_container_is_reaped(workspace_root: Path) -> None:
     backend = session_backend(idle_s=IDLE_S)
-    root = Path(tempfile.mkdtemp(prefix="cairn-bwrap-idle-"))
-    root.chmod(0o711)
-    try:
-        await backend.prepare_workspace(root)
-        await run(backend, "echo kept > /tmp/kept", root)
-        assert container_processes(root)
-        await until(lambda: not container_processes(root))
-        result, output = await run(backend, "cat /tmp/kept 2>&1 || echo fresh", root)
-        assert result.exit_code == 0 and output.endswith("fresh\n")
-    finally:
-        shutil.rmtree(root)
+    workspace = await testing.new_workspace(workspace_root, backend)
+    await run(backend, "echo kept > /tmp/kept", workspace)
+    assert container_processes(workspace)
+    await until(lambda: not container_processes(workspace))
+    result, output = await run(backend, "cat /tmp/kept 2>&1 || echo fresh", workspace)
+    assert result.exit_code == 0 and output.endswith("fresh\n")
 
 
-async def test_a_running_command_keeps_its_container_past_the_idle_time(new_workspace) -> None:
+async def test_a_running_command_keeps_its_container_past_the_idle_time(workspace_root: Path) -> None:
     backend = session_backend(idle_s=IDLE_S)
-    workspace = await new_workspace()
+    workspace = await testing.new_workspace(workspace_root, backend)
     result, output = await run(backend, f"sleep {IDLE_S * 4}; echo survived", workspace)
     assert (result.exit_code, output) == (0, "survived\n")
 
