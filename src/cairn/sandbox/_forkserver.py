@@ -188,11 +188,17 @@ class ForkedCommand:
         self._output_fd: int | None = output_fd
         self._status = status
         self._pidfd: int | None = None
+        self._start_error: SandboxError | None = None
         self.pid = 0
         self.returncode: int | None = None
 
     async def started(self) -> None:
-        """Wait for the fork server to report the command's pid (and a pidfd to signal it)."""
+        """Wait for the fork server to report the command's pid (and a pidfd to signal it).
+
+        Raises `SandboxError` if it could not fork the command, again on every call.
+        """
+        if self._start_error is not None:
+            raise self._start_error
         self._started(*await self._receive())
 
     async def wait(self) -> int:
@@ -270,7 +276,10 @@ class ForkedCommand:
 
     def _started(self, kind: str, value: int, fds: list[int]) -> None:
         if kind == "error":  # the fork server could not fork it (its container is gone)
-            raise SandboxError(f"the sandbox could not start the command: {os.strerror(value)}")
+            self._start_error = SandboxError(
+                f"the sandbox could not start the command: {os.strerror(value)}"
+            )
+            raise self._start_error
         if kind != "pid" or len(fds) != 1:
             raise SandboxError(f"unexpected message from the sandbox fork server: {kind}")
         self.pid, self._pidfd = value, fds[0]

@@ -1,15 +1,22 @@
-"""The fork server: one command per request, failures reported, nothing outlives it."""
+"""The fork server: one command per request, failures reported, nothing outlives it, and a
+joining command forked into its container's pid namespace and no other."""
 
 from __future__ import annotations
 
 import gc
+import os
+import signal
+import subprocess
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
 import pytest
 
+from cairn.errors import SandboxError
 from cairn.sandbox._env import DEFAULT_PATH
 from cairn.sandbox._forkserver import ForkServer
 from cairn.sandbox._launcher.main import LAUNCH_FAILED
@@ -85,3 +92,61 @@ async def test_files_are_handed_to_the_program_by_number(tmp_path: Path) -> None
     text, _, descriptors = output.partition("end\n")
     assert text == "from the host\ngiven content\n"  # a missing file reads as empty
     assert {"10", "11", "12"} <= set(descriptors.split())
+
+
+@pytest.fixture
+def pid_namespace() -> Iterator[tuple[int, str]]:
+    """A stand-in container: a process alone in a new pid namespace (pidfd, namespace)."""
+    holder = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "sleep", "600"])
+    try:
+        deadline = time.monotonic() + 10
+        while not (children := Path(f"/proc/{holder.pid}/task/{holder.pid}/children").read_text().split()):
+            assert time.monotonic() < deadline, "unshare did not start its child"
+            time.sleep(0.01)
+        inner = int(children[0])
+        pidfd = os.pidfd_open(inner)
+        try:
+            yield pidfd, os.readlink(f"/proc/{inner}/ns/pid")
+        finally:
+            os.close(pidfd)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+async def output_of(forks: ForkServer, spec: LaunchSpec, pidfd: int | None = None) -> tuple[str, int]:
+    command = forks.start(spec, pidfd, joins=pidfd is not None)
+    try:
+        await command.started()
+        output = b"".join([chunk async for chunk in command.output()]).decode()
+        return output, await command.wait()
+    finally:
+        command.close()
+
+
+async def test_a_joining_command_is_forked_into_the_pid_namespace_and_no_other(
+    pid_namespace: tuple[int, str],
+) -> None:
+    pidfd, namespace = pid_namespace
+    forks = ForkServer()
+    own = os.readlink("/proc/self/ns/pid")
+    joined, _ = await output_of(forks, plain("readlink /proc/self/ns/pid"), pidfd)
+    after, _ = await output_of(forks, plain("readlink /proc/self/ns/pid"))
+    assert (joined.strip(), after.strip()) == (namespace, own)
+    # A joining command's status is relayed as a shell reports it: 128 + signal.
+    assert (await output_of(forks, plain("kill -9 $$"), pidfd))[1] == 128 + signal.SIGKILL
+    assert (await output_of(forks, plain("kill -9 $$")))[1] == -signal.SIGKILL
+
+
+async def test_a_join_into_a_gone_process_is_refused() -> None:
+    gone = subprocess.Popen(["true"])
+    pidfd = os.pidfd_open(gone.pid)
+    gone.wait()
+    command = ForkServer().start(plain("echo ran"), pidfd, joins=True)
+    try:
+        for _ in range(2):  # the same error each time, not "the fork server went away"
+            with pytest.raises(SandboxError, match="could not start the command: No such process"):
+                await command.started()
+    finally:
+        command.close()
+        os.close(pidfd)
