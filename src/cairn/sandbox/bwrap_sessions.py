@@ -72,8 +72,9 @@ __all__ = ["DEFAULT_IDLE_S", "SessionBwrapBackend", "detect_bwrap"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_IDLE_S = 300.0
-DEFAULT_TMP_BYTES = 1024 * 1024 * 1024  # as much as one command may hold in memory by default
-DEFAULT_SHM_BYTES = 64 * 1024 * 1024
+_MIB = 1024 * 1024
+TMP_BYTES = 1024 * _MIB  # as much as one command may hold in memory by default
+SHM_BYTES = 64 * _MIB
 _READY = b"cairn-session-container-ready\n"
 # The init: say the container is set up (bwrap execs it only then), then wait for the end.
 _INIT = f"echo {_READY.decode().strip()} && exec /bin/sleep infinity"
@@ -93,23 +94,20 @@ class SessionBwrapBackend(BwrapBackend):
         landlock_abi: int,
         file_perms: bool = True,
         idle_s: float = DEFAULT_IDLE_S,
-        tmp_bytes: int = DEFAULT_TMP_BYTES,
-        shm_bytes: int = DEFAULT_SHM_BYTES,
     ) -> None:
         super().__init__(
             bwrap=bwrap, account=account, containment=containment, file_perms=file_perms
         )
         self._landlock_abi = landlock_abi
         self._tmpfs_argv = [
-            "--size", str(tmp_bytes), "--tmpfs", "/tmp",
-            "--size", str(shm_bytes), "--tmpfs", "/dev/shm",
+            "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
+            "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
             "--remount-ro", "/dev",  # non-recursive: /dev/shm and the device binds stay as they are
         ]
         self._containers = SessionContainers(self._start_container, idle_s=idle_s)
         self._tmp_note = (
-            f"/tmp ({tmp_bytes // (1024 * 1024)} MiB) and /dev/shm ({shm_bytes // (1024 * 1024)} "
-            "MiB) are tmpfs private to the session: kept between its commands, gone with its "
-            "container"
+            f"/tmp ({TMP_BYTES // _MIB} MiB) and /dev/shm ({SHM_BYTES // _MIB} MiB) are tmpfs "
+            "private to the session: kept between its commands, gone with its container"
         )
         self.containers = (
             "one bwrap container per session workspace and network setting, started on its "
