@@ -33,10 +33,11 @@ if TYPE_CHECKING:
     class Join(TypedDict):
         """Join a running container (bwrap session containers) instead of creating one.
 
-        The container's init arrives as a pidfd at `PASSED_FD`; the command then runs in
-        the container's user, mount, pid, uts and net namespaces, with a fresh ipc and
-        cgroup namespace of its own, as `LaunchSpec.user` of the container's user
-        namespace, in a Landlock domain scoped to the command (ABI `landlock_abi`).
+        The container's init arrives as a pidfd at `PASSED_FD`, and the fork server forked
+        the launcher into its pid namespace; the command then runs in the container's
+        user, mount, uts and net namespaces too, with a fresh ipc and cgroup namespace of
+        its own, as `LaunchSpec.user` of the container's user namespace, in a Landlock
+        domain scoped to the command (ABI `landlock_abi`).
         """
 
         landlock_abi: int
