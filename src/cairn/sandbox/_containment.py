@@ -6,6 +6,7 @@ root and before the sandbox exists, so no process of the command is ever outside
 (joining as root also satisfies cgroup v2, which lets a process move only if the writer
 may write the common ancestor's `cgroup.procs`). After the command, every member still
 alive is killed and the leaves removed, shielded from cancellation (base.py invariants).
+The leaves are made in the same worker-thread trip that checks the command's workspace.
 """
 
 from __future__ import annotations
