@@ -17,6 +17,7 @@ envelope of spec §1.5 from its fields; nothing else decides a status code.
         ├── SandboxError               the sandbox could not run a command
         ├── ModelError                 the model provider failed
         ├── WorkspaceError             workspace files could not be read or written
+        ├── BlobStoreError             artifact content could not be stored, found or collected
         └── LeaseLostError             a worker's job lease was taken over (fencing)
     CairnMisuseError (RuntimeError)    a bug: Cairn used its own API wrongly
 """
@@ -28,6 +29,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "AuthenticationError",
+    "BlobStoreError",
     "CairnError",
     "CairnMisuseError",
     "ClientError",
@@ -138,6 +140,10 @@ class ModelError(ServerError):
 
 class WorkspaceError(ServerError):
     default_code = "sandbox_error"
+
+
+class BlobStoreError(ServerError):
+    default_code = "blob_store_error"
 
 
 class LeaseLostError(ServerError):
