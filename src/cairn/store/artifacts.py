@@ -1,17 +1,21 @@
 """Artifact rows: immutable records binding published content to `(turn_id, path)`.
 
 The bytes live in the content-addressed blob store under `sha256`; a row is metadata only.
+Content is shared by every row with the same digest, in any session of any tenant, and
+is freed by blob garbage collection once no row references it (`referenced_digests`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from cairn.store.db import Connection
+from sqlalchemy.dialects import postgresql
 
 from cairn.errors import InvalidRequestError
+from cairn.store.db import Connection, InlineConnection
 from cairn.store.pages import Order, Page, fetch_page
 from cairn.store.tables import artifacts
 
@@ -21,6 +25,7 @@ __all__ = [
     "get_artifact",
     "insert_artifact",
     "list_artifacts",
+    "referenced_digests",
 ]
 
 
@@ -89,3 +94,24 @@ async def list_artifacts(
 
 async def delete_artifact(conn: Connection, artifact_id: str) -> None:
     await conn.execute(sa.delete(artifacts).where(artifacts.c.id == artifact_id))
+
+
+async def referenced_digests(conn: Connection, digests: Collection[str]) -> set[str]:
+    """Those of `digests` that some artifact row, of any session and tenant, references.
+
+    One lookup on the indexed `sha256` column: callers pass bounded batches, so the garbage
+    collector never loads every row. PostgreSQL gets the batch as one array parameter: as
+    hundreds of `IN` parameters, each query made enough short-lived objects to bring on
+    Python's full garbage collections, pausing the event loop ~100 ms several times a
+    sweep. SQLite (inline, no arrays) takes the `IN` list.
+    """
+    if not digests:
+        return set()
+    match: sa.ColumnElement[bool]
+    if isinstance(conn, InlineConnection):
+        match = artifacts.c.sha256.in_(list(digests))
+    else:
+        batch = sa.bindparam("digests", list(digests), type_=postgresql.ARRAY(sa.String))
+        match = artifacts.c.sha256 == sa.any_(batch)
+    stmt = sa.select(artifacts.c.sha256).where(match).distinct()
+    return set((await conn.execute(stmt)).scalars())
