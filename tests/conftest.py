@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -64,3 +64,20 @@ async def db(database_url: str) -> AsyncIterator[Database]:
     await upgrade(database)
     yield database
     await database.dispose()
+
+
+@pytest.fixture
+def refuse_rename(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], None]:
+    """Fault injection: `os.rename` of the given path fails as if permission were denied
+    (tests run as root, where a read-only directory would not stop it)."""
+    rename = os.rename
+
+    def refuse(stuck: Path) -> None:
+        def refusing(source: object, target: object) -> None:
+            if Path(str(source)) == stuck:
+                raise PermissionError(13, "Permission denied", str(source))
+            rename(source, target)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(os, "rename", refusing)
+
+    return refuse

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -9,7 +10,14 @@ from pathlib import Path
 
 from cairn.errors import InvalidRequestError
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "check_seconds"]
+
+
+def check_seconds(value: float, name: str) -> float:
+    """A duration setting: finite and not negative, or a typed error naming the setting."""
+    if not (math.isfinite(value) and value >= 0):
+        raise InvalidRequestError(f"{name} must be a number of seconds, 0 or more (got {value})", param=name)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +45,19 @@ class Settings:
     # Retention: snapshots kept per session, and how often garbage is collected.
     snapshot_keep_last: int = 10
     snapshot_gc_interval_s: float = 3600.0
+    # Artifact blobs no artifact references: how often the server sweeps them (0 = never; run
+    # `cairn blobs gc` instead) and how long since it was last stored a blob is always kept.
+    blob_gc_interval_s: float = 3600.0
+    blob_gc_grace_s: float = 3600.0
     # OpenAI-compatible endpoint for `openai:` and plain model names.
     openai_base_url: str | None = None
     openai_api_key: str | None = None
     openai_api: str = "responses"
     extra: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_seconds(self.blob_gc_interval_s, "CAIRN_BLOB_GC_INTERVAL_S")
+        check_seconds(self.blob_gc_grace_s, "CAIRN_BLOB_GC_GRACE_S")
 
     @property
     def resolved_database_url(self) -> str:
@@ -82,6 +98,8 @@ class Settings:
                 s3_endpoint_url=self.s3_endpoint_url or environ.get("CAIRN_S3_ENDPOINT_URL"),
                 snapshot_keep_last=int(environ.get("CAIRN_SNAPSHOT_KEEP_LAST", self.snapshot_keep_last)),
                 snapshot_gc_interval_s=float(environ.get("CAIRN_SNAPSHOT_GC_INTERVAL_S", self.snapshot_gc_interval_s)),
+                blob_gc_interval_s=float(environ.get("CAIRN_BLOB_GC_INTERVAL_S", self.blob_gc_interval_s)),
+                blob_gc_grace_s=float(environ.get("CAIRN_BLOB_GC_GRACE_S", self.blob_gc_grace_s)),
             )
         except ValueError as exc:
             raise InvalidRequestError(f"bad CAIRN_* setting: {exc}") from exc

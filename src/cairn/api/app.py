@@ -2,7 +2,8 @@
 
 `create_app(settings)` builds nothing at import time. Its lifespan opens the database
 (checking, not migrating, the schema), picks the sandbox backend, and runs the embedded
-worker in a task group that is cancelled on shutdown.
+worker, with the periodic care of idle workspaces, snapshots and artifact blobs, in a task
+group that is cancelled on shutdown.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from cairn.api import routes_artifacts, routes_events, routes_items, routes_sess
 from cairn.api.errors import EXCEPTION_HANDLERS
 from cairn.blobs import BlobStore
 from cairn.config import Settings
+from cairn.engine.blob_gc import collect_blob_garbage_periodically
 from cairn.engine.environment import Environments
 from cairn.engine.idle import collect_snapshot_garbage, persist_all_workspaces, watch_idle_sessions
 from cairn.errors import InvalidRequestError
@@ -125,6 +127,8 @@ def create_app(settings: Settings) -> Starlette:
                         tg.start_soon(Worker(runtime, concurrency=settings.workers).run, name="worker")
                         tg.start_soon(watch_idle_sessions, runtime, name="idle-sessions")
                         tg.start_soon(collect_snapshot_garbage, runtime, name="snapshot-gc")
+                        if settings.blob_gc_interval_s > 0:
+                            tg.start_soon(collect_blob_garbage_periodically, runtime, name="blob-gc")
                     yield {"runtime": runtime, "sessions": SessionService(runtime)}
                     tg.cancel_scope.cancel()
             finally:
