@@ -1,4 +1,4 @@
-"""The `cairn` command: serve, keys, db, doctor, demo.
+"""The `cairn` command: serve, keys, db, blobs, doctor, demo.
 
 Every subcommand runs its async work with `anyio.run`; errors a user can fix end in a
 one-line message and exit status 2, never a traceback.
@@ -7,6 +7,7 @@ one-line message and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -18,7 +19,8 @@ from pathlib import Path
 import anyio
 
 from cairn._concurrency import run_sync
-from cairn.config import Settings
+from cairn.blobs import BlobStore
+from cairn.config import Settings, check_seconds
 from cairn.errors import CairnError
 from cairn.snapshots import SnapshotStore
 from cairn.store.db import Database
@@ -140,6 +142,27 @@ async def _db(args: argparse.Namespace, settings: Settings) -> None:
         await db.dispose()
 
 
+async def _blobs(args: argparse.Namespace, settings: Settings) -> int:
+    """`blobs gc`: one sweep; exit status 1 when some files could not be deleted."""
+    from cairn.engine.blob_gc import collect_blob_garbage
+    from cairn.store.migrate import check_schema
+
+    if not await run_sync(settings.data_dir.is_dir):
+        raise CairnError(f"no data directory at {settings.data_dir}", code="not_found")
+    grace_s = settings.blob_gc_grace_s if args.grace_s is None else check_seconds(args.grace_s, "--grace-s")
+    db = Database(settings.resolved_database_url)
+    try:
+        await check_schema(db)
+        report = await collect_blob_garbage(db, BlobStore(settings.blobs_dir), grace_s=grace_s, dry_run=args.dry_run)
+    finally:
+        await db.dispose()
+    print(json.dumps(dataclasses.asdict(report)))
+    if report.failures:
+        print(f"cairn: {report.failures} file(s) could not be deleted; see the warnings above", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> None:
     from cairn.demo import run_demo
 
@@ -183,6 +206,20 @@ def _parser() -> argparse.ArgumentParser:
     db_sub.add_parser("upgrade", parents=[common], help="migrate the schema to this version of Cairn")
     db_sub.add_parser("status", parents=[common], help="print the schema revision")
 
+    blobs = sub.add_parser("blobs", parents=[common], help="artifact content in the blob store")
+    blobs_sub = blobs.add_subparsers(dest="blobs_command", required=True)
+    gc = blobs_sub.add_parser(
+        "gc", parents=[common], help="delete content no artifact references; print what was freed (JSON)"
+    )
+    gc.add_argument(
+        "--grace-s",
+        type=float,
+        default=None,
+        help="keep content stored less than this long ago (default: CAIRN_BLOB_GC_GRACE_S, 3600); "
+        "0 is safe for stored data but fails turns that are publishing at that moment",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="report what would be freed, delete nothing")
+
     demo = sub.add_parser("demo", help="run the tree.py tutorial on a fresh server and print it live")
     demo.add_argument("--model", default=None, help="model to use (default: OpenAI endpoint, local model, or scripted)")
     demo.add_argument("--output-dir", default="cairn-demo-output", help="where the published tree.py is saved")
@@ -218,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             anyio.run(_keys, args, settings)
         elif args.command == "db":
             anyio.run(_db, args, settings)
+        elif args.command == "blobs":
+            return int(anyio.run(_blobs, args, settings))
         elif args.command == "doctor":
             _doctor(settings)
         elif args.command == "snapshots":
