@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import logging
 import random
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import anyio
 import psycopg
@@ -37,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from cairn._concurrency import run_sync
 from cairn.errors import InvalidRequestError, StoreError
 
-__all__ = ["Connection", "Database", "InlineConnection", "async_url"]
+__all__ = ["Connection", "Database", "DriverParameters", "DriverResult", "InlineConnection", "async_url"]
 
 T = TypeVar("T")
 
@@ -48,6 +49,8 @@ _BUSY_TIMEOUT_MS = 5
 _LOCK_RETRY_FIRST_S = 0.0005
 _LOCK_RETRY_MAX_S = 0.02
 _LOCK_WAIT_LIMIT_S = 30.0
+# SQLite connections kept open between transactions; more stay in SQLAlchemy's pool (5 + 10).
+_IDLE_CONNECTIONS = 4
 
 
 def async_url(url: str) -> sa.URL:
@@ -74,6 +77,10 @@ class InlineConnection:
     def __init__(self, sync_connection: sa.Connection) -> None:
         self.sync_connection = sync_connection
 
+    @property
+    def dialect(self) -> sa.Dialect:
+        return self.sync_connection.dialect
+
     async def execute(
         self, statement: sa.Executable, parameters: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None
     ) -> sa.CursorResult[Any]:
@@ -82,8 +89,32 @@ class InlineConnection:
     async def run_sync(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return fn(self.sync_connection, *args, **kwargs)
 
+    def run_driver_sql(self, sql: str, parameters: DriverParameters | list[DriverParameters]) -> DriverResult:
+        """Run SQL text on the driver's connection, in this connection's transaction, past
+        SQLAlchemy's statement machinery (`cairn.store.prepared`); errors are SQLAlchemy's,
+        as from `execute`, without the parameters (they may hold tool arguments)."""
+        driver = self.sync_connection.connection.driver_connection
+        assert driver is not None
+        try:
+            if isinstance(parameters, list):
+                return DriverResult(driver.executemany(sql, parameters).rowcount, [])
+            cursor = driver.execute(sql, parameters)
+            rows = cursor.fetchall()  # also finishes a statement with RETURNING
+            return DriverResult(cursor.rowcount, rows)
+        except sqlite3.Error as exc:
+            raise sa.exc.DBAPIError.instance(sql, None, exc, sqlite3.Error, hide_parameters=True) from exc
+
 
 Connection = AsyncConnection | InlineConnection
+
+DriverParameters = tuple[Any, ...] | dict[str, Any]
+
+
+class DriverResult(NamedTuple):
+    """What SQL text run on the driver returned: the rows changed, and the rows returned."""
+
+    rowcount: int
+    rows: Sequence[Sequence[Any]]
 
 
 def _is_locked(exc: sa.exc.OperationalError) -> bool:
@@ -107,7 +138,14 @@ def _sqlite_engine(url: sa.URL, echo: bool) -> sa.Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
-        conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get('cairn_begin', 'DEFERRED')}")
+        begin = f"BEGIN {conn.get_execution_options().get('cairn_begin', 'DEFERRED')}"
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        # Straight to the driver: SQLAlchemy's statement machinery costs more than BEGIN does.
+        try:
+            driver.execute(begin)
+        except sqlite3.Error as exc:
+            raise sa.exc.DBAPIError.instance(begin, None, exc, sqlite3.Error) from exc
 
     return engine
 
@@ -120,6 +158,7 @@ class Database:
         self.dialect = self.url.get_backend_name()
         self._sync: sa.Engine | None = None
         self._async: AsyncEngine | None = None
+        self._idle: list[sa.Connection] = []
         if self.dialect == "sqlite":
             self._sync = _sqlite_engine(self.url, echo)
         else:
@@ -154,8 +193,9 @@ class Database:
                     yield async_conn
                 return
             assert self._sync is not None
-            with self._sync.connect() as conn:
-                conn = conn.execution_options(cairn_begin=mode)
+            conn = self._idle.pop() if self._idle else self._sync.connect()
+            try:
+                conn.execution_options(cairn_begin=mode)
                 await self._begin(conn)
                 try:
                     yield InlineConnection(conn)
@@ -163,8 +203,18 @@ class Database:
                     conn.rollback()
                     raise
                 conn.commit()
+            finally:
+                self._release(conn)
         except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
             raise StoreError(f"database unavailable: {exc.orig}", context={"dialect": self.dialect}) from exc
+
+    def _release(self, conn: sa.Connection) -> None:
+        """Keep a healthy SQLite connection open for the next transaction: a pool checkout and
+        check-in cost more than a short transaction does."""
+        if conn.invalidated or conn.in_transaction() or len(self._idle) >= _IDLE_CONNECTIONS:
+            conn.close()
+        else:
+            self._idle.append(conn)
 
     async def _begin(self, conn: sa.Connection) -> None:
         """Begin, waiting for a busy write lock with async sleeps instead of inside SQLite."""
@@ -250,6 +300,8 @@ class Database:
             await self._async.dispose()
             return
         assert self._sync is not None
+        while self._idle:
+            self._idle.pop().close()
         try:
             await self.checkpoint()
         finally:

@@ -16,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from cairn.store.db import Connection
 
+from cairn.store.prepared import Prepared
 from cairn.store.tables import events, sessions
 
 __all__ = ["EventRecord", "append_events", "event_id", "read_events_after"]
@@ -31,14 +32,14 @@ class EventRecord:
     created_at: float
 
 
-# Built once: constant statements skip SQLAlchemy's per-call construction and cache-key work.
-_ADVANCE_SEQ = (
+_ADVANCE_SEQ = Prepared(
     sa.update(sessions)
     .where(sessions.c.id == sa.bindparam("sid"))
     .values(last_event_seq=sessions.c.last_event_seq + sa.bindparam("count"))
     .returning(sessions.c.last_event_seq)
 )
-_INSERT = sa.insert(events)
+_INSERT = Prepared(sa.insert(events), column_keys=EventRecord.__slots__)
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def event_id(session_id: str, seq: int) -> str:
@@ -52,7 +53,7 @@ async def append_events(
     """Number, serialize and store `payloads` (each has at least `type`) in order."""
     if not payloads:
         return []
-    last = int((await conn.execute(_ADVANCE_SEQ, {"sid": session_id, "count": len(payloads)})).scalar_one())
+    last = int(await _ADVANCE_SEQ.scalar(conn, {"sid": session_id, "count": len(payloads)}))
     now = time.time()
     records = []
     for offset, payload in enumerate(payloads):
@@ -65,11 +66,11 @@ async def append_events(
                 seq=seq,
                 type=payload["type"],
                 turn_id=payload.get("turn_id"),
-                data=json.dumps(wire, separators=(",", ":"), ensure_ascii=False),
+                data=_encode(wire),
                 created_at=now,
             )
         )
-    await conn.execute(_INSERT, [{f: getattr(r, f) for f in EventRecord.__slots__} for r in records])
+    await _INSERT.execute(conn, [{f: getattr(r, f) for f in EventRecord.__slots__} for r in records])
     return records
 
 

@@ -16,6 +16,7 @@ from cairn.store.db import Connection
 
 from cairn.errors import InvalidRequestError
 from cairn.ids import new_item_id
+from cairn.store.prepared import Prepared
 from cairn.store.pages import Order, Page, fetch_page
 from cairn.store.tables import items
 
@@ -85,9 +86,10 @@ def _record(row: sa.Row[Any]) -> ItemRecord:
     return ItemRecord(**row._asdict())
 
 
-# Built once: constant statements skip SQLAlchemy's per-call construction and cache-key work.
-_INSERT = sa.insert(items).returning(items.c.position)
-_UPDATE = (
+_INSERT = Prepared(
+    sa.insert(items).returning(items.c.position), column_keys=[f for f in ItemRecord.__slots__ if f != "position"]
+)
+_UPDATE = Prepared(
     sa.update(items)
     .where(items.c.id == sa.bindparam("item_id"))
     .values(status=sa.bindparam("status"), data=sa.bindparam("data", type_=items.c.data.type))
@@ -96,13 +98,13 @@ _UPDATE = (
 
 async def insert_item(conn: Connection, record: ItemRecord) -> ItemRecord:
     values = {f: getattr(record, f) for f in ItemRecord.__slots__ if f != "position"}
-    position = (await conn.execute(_INSERT, values)).scalar_one()
+    position = await _INSERT.scalar(conn, values)
     return ItemRecord(**{**values, "position": int(position)})
 
 
 async def update_item(conn: Connection, item: ItemRecord, *, status: str | None, data: dict[str, Any]) -> ItemRecord:
     """Change an item's status and content; returns the updated record (no read-back needed)."""
-    await conn.execute(_UPDATE, {"item_id": item.id, "status": status, "data": data})
+    await _UPDATE.execute(conn, {"item_id": item.id, "status": status, "data": data})
     return dataclasses.replace(item, status=status, data=data)
 
 
