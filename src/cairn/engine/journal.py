@@ -2,9 +2,9 @@
 
 A `Journal.transaction` gathers the events a change emits and appends them to the log in
 the same database transaction (design invariant 1: durable before sent); the committed
-records are handed to this process's subscribers only after the commit. A worker's
-transaction can be fenced by its lease token so a worker that lost its lease cannot write
-(style: storage).
+records are handed to this process's subscribers only after the commit. A worker running
+a turn fences each of its transactions with its lease token as the transaction's first
+statement (`cairn.engine.turn`), so a worker that lost its lease cannot write (style: storage).
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from cairn.store.db import Connection
 from cairn.engine.notifier import Notifier
 from cairn.store.db import Database
 from cairn.store.events import EventRecord, append_events
-from cairn.store.turns import fence_turn
 
-__all__ = ["JOBS_TOPIC", "SESSION_TOPIC", "Fence", "Journal", "Transaction", "wake_on_topic"]
+__all__ = ["JOBS_TOPIC", "SESSION_TOPIC", "Journal", "Transaction", "wake_on_topic"]
 
 # What `Database.announce` says to other processes; `wake_on_topic` turns it into wake-ups.
 SESSION_TOPIC = "session:"
@@ -34,12 +33,6 @@ def wake_on_topic(notifier: Notifier, topic: str) -> None:
         notifier.job_queued()
     elif topic.startswith(SESSION_TOPIC):
         notifier.session_changed(topic[len(SESSION_TOPIC) :])
-
-
-@dataclass(frozen=True, slots=True)
-class Fence:
-    turn_id: str
-    lease_token: int
 
 
 @dataclass(slots=True)
@@ -60,10 +53,8 @@ class Journal:
         self.notifier = notifier
 
     @asynccontextmanager
-    async def transaction(self, session_id: str, *, fence: Fence | None = None) -> AsyncIterator[Transaction]:
+    async def transaction(self, session_id: str) -> AsyncIterator[Transaction]:
         async with self.db.write() as conn:
-            if fence is not None:
-                await fence_turn(conn, fence.turn_id, fence.lease_token)
             tx = Transaction(conn=conn, session_id=session_id)
             yield tx
             tx.appended = await append_events(conn, session_id, tx.pending)

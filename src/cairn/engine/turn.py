@@ -7,19 +7,24 @@ record it. The step counter (`turns.step`) advances in the same transaction that
 the step's calls, so after a crash the turn resumes at the first unrecorded step (run
 state by reference: the items are the history). A workspace call that was running when
 the process died cannot be known to have run or not; it is closed as `incomplete` and the
-model is told, except for read-only tools, which simply run again.
+model is told, except for read-only tools, which simply run again. For the same reason a
+step whose calls all only read the workspace runs them first and records the step, its
+calls and their results in one transaction; its events are the same as if the calls had
+run after their record.
 
-Every write goes through the journal fenced by the job's lease token, so a worker that
-lost its lease cannot touch the turn (design invariant 1 for events; fencing per style).
+Every write goes through the journal, and its first statement is the fence on the job's
+lease token (for a model step, the fenced update of the run state itself), so a worker
+that lost its lease cannot touch the turn (design invariant 1 for events; fencing per style).
 """
 
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +33,7 @@ import anyio
 
 from cairn.engine.artifacts import collect_outputs, record_outputs
 from cairn.engine.events import environment_event, item_event, text_part_event, turn_event
-from cairn.engine.journal import Fence, Journal, Transaction
+from cairn.engine.journal import Journal, Transaction
 from cairn.engine.lifecycle import add_call_output, close_open_item, close_turn, set_session_status
 from cairn.engine.history import History
 from cairn.engine.model_input import client_tool_specs
@@ -47,7 +52,7 @@ from cairn.snapshots import StartOutcome
 from cairn.store.items import ItemRecord, insert_item, new_item, pending_client_calls, session_items, turn_items, update_item
 from cairn.store.jobs import Job, complete_job
 from cairn.store.sessions import SessionRecord, get_session, update_session
-from cairn.store.turns import TurnRecord, advance_step, get_turn, update_turn
+from cairn.store.turns import TurnRecord, advance_step, fence_turn, get_turn, update_turn
 
 __all__ = ["TurnRunner"]
 
@@ -60,6 +65,27 @@ _TRUNCATION_NOTICE = f"\n[output beyond {_MAX_ITEM_OUTPUT} characters is neither
 _INTERRUPTED = "interrupted: Cairn stopped while this call ran; it may or may not have taken effect"
 
 
+@dataclass(frozen=True, slots=True)
+class _StepDone:
+    """The run state a recorded model step leaves behind."""
+
+    step: int
+    usage: dict[str, int]
+    next_output_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class _CallResult:
+    """What a workspace file call returned: its output text, or the error the model sees."""
+
+    output: str | None = None
+    error: str | None = None
+
+    @property
+    def status(self) -> str:
+        return "completed" if self.error is None else "failed"
+
+
 @dataclass(slots=True)
 class _TurnContext:
     job: Job
@@ -67,7 +93,6 @@ class _TurnContext:
     turn: TurnRecord
     model: Model
     tools: list[ToolSpec]
-    fence: Fence
     client_tool_names: frozenset[str] = field(default_factory=frozenset)
     # Stream deltas wait here until the next write or the periodic flush; one lock orders
     # all of the turn's writes, so deltas never overtake the events that follow them.
@@ -178,7 +203,6 @@ class TurnRunner:
             turn=turn,
             model=model,
             tools=tools,
-            fence=Fence(turn.id, job.lease_token),
             client_tool_names=frozenset(t.name for t in client_tools),
             history=History(history),
             next_output_index=turn.next_output_index,
@@ -255,13 +279,24 @@ class TurnRunner:
             log.warning("turn %s: lease lost before it could be marked %s", ctx.turn.id, status)
 
     @asynccontextmanager
-    async def _write(self, ctx: _TurnContext) -> AsyncIterator[Transaction]:
-        """A fenced journal transaction that first appends the deltas waiting to be sent."""
-        async with ctx.write_lock, self.journal.transaction(ctx.session.id, fence=ctx.fence) as tx:
+    async def _write(self, ctx: _TurnContext, step: _StepDone | None = None) -> AsyncIterator[Transaction]:
+        """A journal transaction of the running turn, fenced by the job's lease token first (in
+        one statement with the run state of a finished model `step`), that appends the deltas
+        waiting to be sent before anything else it emits."""
+        async with ctx.write_lock, self.journal.transaction(ctx.session.id) as tx:
+            token = ctx.job.lease_token
+            if step is None:
+                await fence_turn(tx.conn, ctx.turn.id, token)
+                turn = ctx.turn
+            else:
+                turn = await advance_step(
+                    tx.conn, ctx.turn, token, step=step.step, usage=step.usage, next_output_index=step.next_output_index
+                )
             tx.emit(*ctx.take_deltas())
             yield tx
-            if ctx.next_output_index != ctx.turn.next_output_index:
-                ctx.turn = await update_turn(tx.conn, ctx.turn.id, next_output_index=ctx.next_output_index)
+            if ctx.next_output_index != turn.next_output_index:
+                turn = await update_turn(tx.conn, turn.id, next_output_index=ctx.next_output_index)
+            ctx.turn = turn
 
     async def _flush_deltas(self, ctx: _TurnContext) -> None:
         while True:
@@ -403,9 +438,28 @@ class TurnRunner:
             tx.emit(item_event("done", closed, closed.output_index))
 
     async def _record_step(self, ctx: _TurnContext, message: ItemRecord | None, response: ModelResponse) -> None:
-        """Close the step's message, record its calls and advance the step, atomically."""
-        async with self._write(ctx) as tx:
-            if response.text and message is None:
+        """Advance the step, close its message and record its calls, atomically; with their
+        results too when every call only reads the workspace (`_run_reads_ahead`)."""
+        try:
+            results = await self._run_reads_ahead(ctx, response.tool_calls)
+        except Exception:
+            # What the model asked for stays on record, as for a call run after its record:
+            # the calls stay open and the turn's failure closes them.
+            await self._store_step(ctx, message, response, None)
+            raise
+        await self._store_step(ctx, message, response, results)
+
+    async def _store_step(
+        self, ctx: _TurnContext, message: ItemRecord | None, response: ModelResponse, results: list[_CallResult] | None
+    ) -> None:
+        opens_message = bool(response.text) and message is None
+        done = _StepDone(
+            step=ctx.turn.step + 1,
+            usage=_add_usage(ctx.turn.usage, response.usage),
+            next_output_index=ctx.next_output_index + opens_message + len(response.tool_calls),
+        )
+        async with self._write(ctx, done) as tx:
+            if opens_message:
                 message = await self._new_item(tx, ctx, "message", {"role": "assistant", "phase": None, "content": []})
                 assert message.output_index is not None
                 tx.emit(
@@ -415,13 +469,15 @@ class TurnRunner:
                 )
             if message is not None:
                 ctx.remember(await self._close_message(tx, message, response))
-            for call in response.tool_calls:
-                await self._record_call(tx, ctx, call)
-            turn = ctx.turn
-            usage = _add_usage(turn.usage, response.usage)
-            ctx.turn = await advance_step(
-                tx.conn, turn.id, step=turn.step + 1, usage=usage, next_output_index=ctx.next_output_index
-            )
+            if results is None:
+                for call in response.tool_calls:
+                    await self._record_call(tx, ctx, call)
+                return
+            # Finished calls are stored finished, and the stream shows them as if each had
+            # run after its record: every call added, then each one done with its result.
+            items = [await self._record_call(tx, ctx, c, finished=r.status) for c, r in zip(response.tool_calls, results)]
+            for item, result in zip(items, results):
+                await self._record_result(tx, ctx, item, result)
 
     async def _close_message(self, tx: Transaction, message: ItemRecord, response: ModelResponse) -> ItemRecord:
         text = response.text or ""
@@ -439,7 +495,8 @@ class TurnRunner:
         )
         return closed
 
-    async def _record_call(self, tx: Transaction, ctx: _TurnContext, call: ToolCall) -> None:
+    async def _record_call(self, tx: Transaction, ctx: _TurnContext, call: ToolCall, *, finished: str | None = None) -> ItemRecord:
+        """Record a call as started, or already `finished` with that status (announced as started)."""
         arguments = json.dumps(dict(call.arguments), ensure_ascii=False)
         if call.name == "shell" and "shell" not in ctx.client_tool_names:
             command = call.arguments.get("command")
@@ -453,42 +510,55 @@ class TurnRunner:
                 tool_kind="workspace",
             )
             tx.emit(item_event("added", item, item.output_index))
-            return
+            return item
         kind = "client" if call.name in ctx.client_tool_names else "workspace"
+        data = {"call_id": call.call_id, "name": call.name, "arguments": arguments}
         item = await self._new_item(
-            tx,
-            ctx,
-            "function_call",
-            {"call_id": call.call_id, "name": call.name, "arguments": arguments},
-            call_id=call.call_id,
-            tool_kind=kind,
+            tx, ctx, "function_call", data, call_id=call.call_id, tool_kind=kind, status=finished or "in_progress"
         )
-        tx.emit(item_event("added", item, item.output_index))
+        started = item if finished is None else dataclasses.replace(item, status="in_progress")
+        tx.emit(item_event("added", started, item.output_index))
         if kind == "client":
             tx.emit(item_event("done", item, item.output_index))
+        return item
 
     # -- workspace calls --------------------------------------------------------------
+
+    async def _run_reads_ahead(self, ctx: _TurnContext, calls: Sequence[ToolCall]) -> list[_CallResult] | None:
+        """Run the step's calls before they are recorded if every one only reads the workspace.
+
+        Such a call needs no record before it runs: running it again after a crash is
+        harmless (recovery does just that), so the step, its calls and their results are
+        stored in one transaction. Returns None, running nothing, if any call may change
+        something: those are recorded first and run after (`_execute`).
+        """
+        if not calls or not all(is_read_only_tool(c.name) and c.name not in ctx.client_tool_names for c in calls):
+            return None
+        return [await self._run_file_call(ctx, c.name, c.arguments) for c in calls]
+
+    async def _run_file_call(self, ctx: _TurnContext, name: str, arguments: Mapping[str, Any]) -> _CallResult:
+        if name not in WORKSPACE_TOOL_NAMES:
+            return _CallResult(error=f"unknown tool {name!r}; available tools: {', '.join(t.name for t in ctx.tools)}")
+        try:
+            return _CallResult(output=await run_file_tool(name, arguments, self.rt.environments.files(ctx.session.id)))
+        except InvalidRequestError as exc:
+            return _CallResult(error=exc.message)
+
+    async def _record_result(self, tx: Transaction, ctx: _TurnContext, call: ItemRecord, result: _CallResult) -> None:
+        """Announce the finished `call` and store its result."""
+        tx.emit(item_event("done", call, call.output_index))
+        ctx.remember(call)
+        ctx.remember(await add_call_output(tx, call, output=result.output, error=result.error))
 
     async def _execute(self, ctx: _TurnContext, item: ItemRecord) -> None:
         arguments = _decode_arguments(item.data.get("arguments"))
         if item.type == "command_execution":
             await self._run_shell(ctx, item, arguments)
             return
-        name = str(item.data["name"])
-        output: str | None = None
-        error: str | None = None
-        if name not in WORKSPACE_TOOL_NAMES:
-            error = f"unknown tool {name!r}; available tools: {', '.join(t.name for t in ctx.tools)}"
-        else:
-            try:
-                output = await run_file_tool(name, arguments, self.rt.environments.files(ctx.session.id))
-            except InvalidRequestError as exc:
-                error = exc.message
+        result = await self._run_file_call(ctx, str(item.data["name"]), arguments)
         async with self._write(ctx) as tx:
-            done = await update_item(tx.conn, item, status="completed" if error is None else "failed", data=item.data)
-            tx.emit(item_event("done", done, done.output_index))
-            ctx.remember(done)
-            ctx.remember(await add_call_output(tx, done, output=output, error=error))
+            done = await update_item(tx.conn, item, status=result.status, data=item.data)
+            await self._record_result(tx, ctx, done, result)
 
     async def _run_shell(self, ctx: _TurnContext, item: ItemRecord, arguments: Mapping[str, Any]) -> None:
         data = dict(item.data)

@@ -1,11 +1,13 @@
 """Turn rows: the turn's lifecycle status and its run state (step, output index).
 
 Writes made by a worker for a running turn are fenced: `fence_turn` checks that the
-job lease that claimed the turn is still the current one (style: storage, fencing).
+job lease that claimed the turn is still the current one, and `advance_step` records a
+model step under the same check, in one statement (style: storage, fencing).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +15,7 @@ import sqlalchemy as sa
 from cairn.store.db import Connection
 
 from cairn.errors import InvalidRequestError, LeaseLostError
+from cairn.store.prepared import Prepared
 from cairn.store.pages import Order, Page, fetch_page
 from cairn.store.tables import turns
 
@@ -103,34 +106,38 @@ async def update_turn(conn: Connection, turn_id: str, **values: Any) -> TurnReco
     return _record((await conn.execute(stmt)).one())
 
 
-_ADVANCE_STEP = (
+_FENCE = Prepared(
     sa.update(turns)
-    .where(turns.c.id == sa.bindparam("turn_id"))
+    .where(turns.c.id == sa.bindparam("turn_id"), turns.c.lease_token == sa.bindparam("token"))
+    .values(lease_token=sa.bindparam("token"))
+)
+_ADVANCE_STEP = Prepared(
+    sa.update(turns)
+    .where(turns.c.id == sa.bindparam("turn_id"), turns.c.lease_token == sa.bindparam("token"))
     .values(
         step=sa.bindparam("step"),
         usage=sa.bindparam("usage", type_=turns.c.usage.type),
         next_output_index=sa.bindparam("next_output_index"),
     )
-    .returning(turns)
 )
 
 
-async def advance_step(
-    conn: Connection, turn_id: str, *, step: int, usage: dict[str, Any], next_output_index: int
-) -> TurnRecord:
-    """Record that a model step is done (the hot path of the loop, hence a prepared statement)."""
-    params = {"turn_id": turn_id, "step": step, "usage": usage, "next_output_index": next_output_index}
-    return _record((await conn.execute(_ADVANCE_STEP, params)).one())
-
-
-_FENCE = (
-    sa.update(turns)
-    .where(turns.c.id == sa.bindparam("turn_id"), turns.c.lease_token == sa.bindparam("token"))
-    .values(lease_token=sa.bindparam("token"))
-)
+def _lease_lost(turn_id: str, lease_token: int) -> LeaseLostError:
+    return LeaseLostError(f"turn {turn_id} is no longer owned by lease {lease_token}")
 
 
 async def fence_turn(conn: Connection, turn_id: str, lease_token: int) -> None:
     """Lock the turn for this transaction if `lease_token` still owns it, else raise."""
-    if (await conn.execute(_FENCE, {"turn_id": turn_id, "token": lease_token})).rowcount != 1:
-        raise LeaseLostError(f"turn {turn_id} is no longer owned by lease {lease_token}")
+    if await _FENCE.execute(conn, {"turn_id": turn_id, "token": lease_token}) != 1:
+        raise _lease_lost(turn_id, lease_token)
+
+
+async def advance_step(
+    conn: Connection, turn: TurnRecord, lease_token: int, *, step: int, usage: dict[str, Any], next_output_index: int
+) -> TurnRecord:
+    """Record that a model step is done, fenced like `fence_turn`: the hot path of the loop, so
+    one statement does both, and the caller's record is updated instead of read back."""
+    params = {"turn_id": turn.id, "token": lease_token, "step": step, "usage": usage, "next_output_index": next_output_index}
+    if await _ADVANCE_STEP.execute(conn, params) != 1:
+        raise _lease_lost(turn.id, lease_token)
+    return dataclasses.replace(turn, step=step, usage=usage, next_output_index=next_output_index)

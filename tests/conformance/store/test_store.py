@@ -19,7 +19,7 @@ from cairn.store.jobs import claim_job, complete_job, enqueue_job, release_job, 
 from cairn.store.keys import create_key, find_key, revoke_key
 from cairn.store.sessions import SessionRecord, get_session, insert_session, list_sessions
 from cairn.store.tables import jobs
-from cairn.store.turns import TurnRecord, fence_turn, insert_turn, update_turn
+from cairn.store.turns import TurnRecord, advance_step, fence_turn, get_turn, insert_turn, update_turn
 
 pytestmark = pytest.mark.anyio
 
@@ -217,3 +217,20 @@ async def test_turn_writes_are_fenced_by_the_current_lease_token(db: Database) -
         await fence_turn(conn, turn.id, 7)
         with pytest.raises(LeaseLostError):
             await fence_turn(conn, turn.id, 6)
+
+
+async def test_a_step_advances_only_under_the_current_lease_token(db: Database) -> None:
+    session = await _new_session(db)
+    turn = _turn(session.id)
+    async with db.write() as conn:
+        await insert_turn(conn, turn)
+        turn = await update_turn(conn, turn.id, lease_token=7)
+    usage = {"input_tokens": 3, "output_tokens": 1}
+    with pytest.raises(LeaseLostError):
+        async with db.write() as conn:
+            await advance_step(conn, turn, 6, step=1, usage=usage, next_output_index=2)
+    async with db.write() as conn:
+        advanced = await advance_step(conn, turn, 7, step=1, usage=usage, next_output_index=2)
+    async with db.read() as conn:
+        assert await get_turn(conn, turn.id) == advanced
+    assert (advanced.step, advanced.usage, advanced.next_output_index, advanced.lease_token) == (1, usage, 2, 7)
