@@ -2,8 +2,10 @@
 
 Loaded once per job and kept current by the worker's own writes, so a step costs the same
 whether it is the first or the hundredth: items are found by id, the open calls are
-tracked as they change, and each item's model input is converted once per version of the
-item (records are immutable, so a replaced record is a changed item).
+tracked as they change, each item's model input is converted once per version of the
+item (records are immutable, so a replaced record is a changed item), and the model input
+as a whole is kept up to date as items are added, rebuilt only when a replaced item's
+conversion differs.
 """
 
 from __future__ import annotations
@@ -19,21 +21,29 @@ __all__ = ["History"]
 
 class History:
     def __init__(self, items: Iterable[ItemRecord] = ()) -> None:
-        self._items: list[ItemRecord] = []
+        self._records: dict[str, ItemRecord] = {}
         self._positions: dict[str, int] = {}
+        self._inputs: list[list[InputItem]] = []  # each item's model input, in append order
+        self._model_input: list[InputItem] | None = []  # their concatenation; None: to be rebuilt
         self._open: dict[str, ItemRecord] = {}
-        self._inputs: dict[str, tuple[ItemRecord, list[InputItem]]] = {}
         for item in items:
             self.remember(item)
 
     def remember(self, item: ItemRecord) -> None:
         """Add a new item, or replace the stored version of a known one."""
+        if self._records.get(item.id) is item:
+            return
+        self._records[item.id] = item
+        entries = item_input(item)
         position = self._positions.get(item.id)
         if position is None:
-            self._positions[item.id] = len(self._items)
-            self._items.append(item)
-        else:
-            self._items[position] = item
+            self._positions[item.id] = len(self._inputs)
+            self._inputs.append(entries)
+            if self._model_input is not None:
+                self._model_input.extend(entries)
+        elif entries != self._inputs[position]:
+            self._inputs[position] = entries
+            self._model_input = None
         if item.status == "in_progress":
             self._open[item.id] = item
         else:
@@ -44,11 +54,7 @@ class History:
         return [i for i in self._open.values() if i.turn_id == turn_id and i.tool_kind == tool_kind]
 
     def model_input(self) -> list[InputItem]:
-        entries: list[InputItem] = []
-        for item in self._items:
-            cached = self._inputs.get(item.id)
-            if cached is None or cached[0] is not item:
-                cached = (item, item_input(item))
-                self._inputs[item.id] = cached
-            entries.extend(cached[1])
-        return entries
+        """The model's input for the next step (a copy the caller may keep)."""
+        if self._model_input is None:
+            self._model_input = [entry for entries in self._inputs for entry in entries]
+        return list(self._model_input)

@@ -7,6 +7,8 @@ argument or a refused path is a tool error the model sees, never a turn failure.
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -81,7 +83,9 @@ _SCHEMAS: dict[str, tuple[type[_Args], str]] = {
 WORKSPACE_TOOL_NAMES = frozenset(_SCHEMAS)
 
 
-def _parameters(model: type[_Args]) -> dict[str, Any]:
+@functools.cache
+def _schema(model: type[_Args]) -> dict[str, Any]:
+    """Generated once: pydantic takes milliseconds per schema, and every turn needs them."""
     schema = model.model_json_schema()
     schema.pop("title", None)
     for prop in schema.get("properties", {}).values():
@@ -90,7 +94,9 @@ def _parameters(model: type[_Args]) -> dict[str, Any]:
 
 
 def workspace_tool_specs() -> list[ToolSpec]:
-    return [ToolSpec(name=n, description=d, parameters=_parameters(m), kind="workspace") for n, (m, d) in _SCHEMAS.items()]
+    return [
+        ToolSpec(name=n, description=d, parameters=copy.deepcopy(_schema(m)), kind="workspace") for n, (m, d) in _SCHEMAS.items()
+    ]
 
 
 def is_read_only_tool(name: str) -> bool:

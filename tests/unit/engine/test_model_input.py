@@ -67,3 +67,19 @@ def test_a_replaced_item_changes_the_model_input_and_the_open_calls() -> None:
     assert history.open_calls("t", "workspace") == []
     assert history.model_input()[1] == FunctionCallOutputInput(call_id="c1", output="exit_code: 0\na\n")
     assert len(history.model_input()) == 3
+
+
+def test_the_model_input_follows_new_and_replaced_items_as_a_fresh_history_would() -> None:
+    running = _item("command_execution", {"command": "ls", "output": ""}, status="in_progress", call_id="c1")
+    history = History([running])
+    kept = history.model_input()
+    kept.append(MessageInput(role="user", text="the caller's own copy"))
+    message = _item("message", {"role": "user", "content": "next"})
+    history.remember(message)
+    call = _item("function_call", {"name": "f", "arguments": "{}"}, status="in_progress", call_id="c2")
+    history.remember(call)
+    history.remember(dataclasses.replace(call, status="completed"))  # same input: nothing to rebuild
+    done = dataclasses.replace(running, status="completed", data={**running.data, "output": "a\n", "exit_code": 0})
+    history.remember(done)  # an output entry appears in the middle
+    assert history.model_input() == History([done, message, dataclasses.replace(call, status="completed")]).model_input()
+    assert len(history.model_input()) == 4

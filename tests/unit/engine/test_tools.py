@@ -20,6 +20,12 @@ def test_every_tool_has_an_object_schema_without_titles() -> None:
     assert all(s.parameters["type"] == "object" and "title" not in s.parameters for s in specs.values())
 
 
+def test_each_turn_gets_its_own_copy_of_the_schemas() -> None:
+    first, second = workspace_tool_specs(), workspace_tool_specs()
+    first[0].parameters["properties"].clear()  # type: ignore[attr-defined]
+    assert second[0].parameters["properties"] and workspace_tool_specs()[0].parameters["properties"]
+
+
 @pytest.mark.parametrize("arguments", [{}, {"command": ""}, {"command": "ls", "timeout_ms": 0}, {"command": 5}, {"command": "ls", "x": 1}])
 def test_bad_shell_arguments_are_tool_errors(arguments: dict[str, object]) -> None:
     with pytest.raises(InvalidRequestError, match="invalid arguments for shell"):
