@@ -25,7 +25,7 @@ import random
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, NamedTuple, TypeVar
 
 import anyio
@@ -174,16 +174,12 @@ class Database:
             return sa.literal_column("((julianday('now') - 2440587.5) * 86400.0)", sa.Float)
         return sa.literal_column("extract(epoch from clock_timestamp())::float8", sa.Float)
 
-    @asynccontextmanager
-    async def write(self) -> AsyncIterator[Connection]:
+    def write(self) -> AbstractAsyncContextManager[Connection]:
         """A transaction that may write; committed on success, rolled back on any error."""
-        async with self._transaction("IMMEDIATE") as conn:
-            yield conn
+        return self._transaction("IMMEDIATE")
 
-    @asynccontextmanager
-    async def read(self) -> AsyncIterator[Connection]:
-        async with self._transaction("DEFERRED") as conn:
-            yield conn
+    def read(self) -> AbstractAsyncContextManager[Connection]:
+        return self._transaction("DEFERRED")
 
     @asynccontextmanager
     async def _transaction(self, mode: str) -> AsyncIterator[Connection]:
