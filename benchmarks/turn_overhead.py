@@ -1,14 +1,18 @@
 """Per-tool-step overhead of the agent loop: Cairn vs the OpenAI Agents SDK's Runner.
 
 Both run one turn of N steps on a scripted model; each step calls a tool that reads a small
-file, then the model answers. The model and the tool cost next to nothing, so the time per
-step is the loop's own overhead. Cairn's figure includes its durable writes (items, events,
-run state, all committed to SQLite or PostgreSQL before the next step); the SDK is measured
-in memory and with its SQLiteSession (its durable option).
+file (or, with `--tool write_file`, writes one), then the model answers. The model and the
+tool cost next to nothing, so the time per step is the loop's own overhead. Cairn's figure
+includes its durable writes (items, events, run state, all committed to SQLite or
+PostgreSQL before the next step); the SDK is measured in memory and with its SQLiteSession
+(its durable option).
 
-    .venv/bin/python benchmarks/turn_overhead.py [--steps 100] [--repeats 5] [--postgres]
+    .venv/bin/python benchmarks/turn_overhead.py [--steps 100] [--repeats 5] [--tool read_file] [--postgres]
 
-Target (issue 2): Cairn's per-step time at most one fifth of the SDK's. Prints medians.
+Target (issue 2, on the default read_file steps): Cairn's per-step time at most one fifth of
+the SDK's. A read-only step is Cairn's cheapest (one transaction: the call, needing no record
+before it runs, is stored with its result); a write_file step shows the general case (the call
+is recorded before it runs, its result after). Prints medians.
 """
 
 from __future__ import annotations
@@ -36,13 +40,14 @@ from cairn.store.migrate import upgrade
 from cairn.testing.postgres import ThrowawayPostgres
 
 NOTE = "a small file the tool reads\n"
+ARGUMENTS = {"read_file": {"path": "note.txt"}, "write_file": {"path": "out.txt", "content": NOTE}}
 
 
-async def cairn_turn(steps: int, root: Path, database_url: str | None) -> float:
+async def cairn_turn(steps: int, tool: str, root: Path, database_url: str | None) -> float:
     """Seconds for one turn of `steps` tool steps, durable writes included."""
     scripts = root / "scripts"
     scripts.mkdir()
-    step = {"call": "read_file", "arguments": {"path": "note.txt"}}
+    step = {"call": tool, "arguments": ARGUMENTS[tool]}
     (scripts / "bench.json").write_text(json.dumps({"turns": [[step] * steps + [{"say": "done"}]]}))
     settings = Settings(data_dir=root / "data", scripts_dir=scripts, database_url=database_url)
     settings.data_dir.mkdir()
@@ -66,7 +71,7 @@ async def cairn_turn(steps: int, root: Path, database_url: str | None) -> float:
     return elapsed
 
 
-async def sdk_turn(steps: int, root: Path, durable: bool) -> float:
+async def sdk_turn(steps: int, tool: str, root: Path, durable: bool) -> float:
     from agents import Agent, ModelSettings, RunConfig, Runner, SQLiteSession, function_tool
     from agents.items import ModelResponse
     from agents.models.interface import Model
@@ -82,6 +87,13 @@ async def sdk_turn(steps: int, root: Path, durable: bool) -> float:
         """Read a file of the workspace."""
         return (workspace / path).read_text()
 
+    @function_tool
+    def write_file(path: str, content: str) -> str:
+        """Write a file of the workspace."""
+        data = content.encode()
+        (workspace / path).write_bytes(data)
+        return f"wrote {len(data)} bytes to /workspace/{path}"
+
     class ScriptedModel(Model):
         def __init__(self) -> None:
             self.calls = 0
@@ -90,8 +102,8 @@ async def sdk_turn(steps: int, root: Path, durable: bool) -> float:
             self.calls += 1
             if self.calls <= steps:
                 output: list[Any] = [ResponseFunctionToolCall(
-                    type="function_call", id=f"fc_{self.calls}", call_id=f"call_{self.calls}", name="read_file",
-                    arguments='{"path": "note.txt"}', status="completed",
+                    type="function_call", id=f"fc_{self.calls}", call_id=f"call_{self.calls}", name=tool,
+                    arguments=json.dumps(ARGUMENTS[tool]), status="completed",
                 )]
             else:
                 output = [ResponseOutputMessage(
@@ -103,7 +115,8 @@ async def sdk_turn(steps: int, root: Path, durable: bool) -> float:
         def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
             raise NotImplementedError
 
-    agent = Agent(name="bench", model=ScriptedModel(), tools=[read_file], model_settings=ModelSettings())
+    tools = {"read_file": read_file, "write_file": write_file}
+    agent = Agent(name="bench", model=ScriptedModel(), tools=[tools[tool]], model_settings=ModelSettings())
     session = SQLiteSession("bench", str(root / "sdk.db")) if durable else None
     started = time.perf_counter()
     result = await Runner.run(agent, "go", max_turns=steps + 2, session=session, run_config=RunConfig(tracing_disabled=True))
@@ -130,20 +143,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--tool", choices=sorted(ARGUMENTS), default="read_file", help="the tool every step calls")
     parser.add_argument("--postgres", action="store_true", help="also measure Cairn on a throwaway PostgreSQL")
     args = parser.parse_args()
-    steps, repeats = args.steps, args.repeats
-    print(f"one turn of {steps} tool steps, median of {repeats} runs, on {os.cpu_count()} cores\n")
-    sdk = measure("OpenAI Agents SDK Runner (in memory)", steps, repeats, lambda r: sdk_turn(steps, r, durable=False))
-    sdk_durable = measure("OpenAI Agents SDK Runner + SQLiteSession", steps, repeats, lambda r: sdk_turn(steps, r, durable=True))
-    cairn = measure("Cairn engine, SQLite (durable)", steps, repeats, lambda r: cairn_turn(steps, r, None))
+    steps, repeats, tool = args.steps, args.repeats, args.tool
+    print(f"one turn of {steps} {tool} steps, median of {repeats} runs, on {os.cpu_count()} cores\n")
+    sdk = measure("OpenAI Agents SDK Runner (in memory)", steps, repeats, lambda r: sdk_turn(steps, tool, r, durable=False))
+    sdk_durable = measure(
+        "OpenAI Agents SDK Runner + SQLiteSession", steps, repeats, lambda r: sdk_turn(steps, tool, r, durable=True)
+    )
+    cairn = measure("Cairn engine, SQLite (durable)", steps, repeats, lambda r: cairn_turn(steps, tool, r, None))
     if args.postgres:
         server = ThrowawayPostgres()
         server.start()
         try:
             counter = iter(range(1000))
             measure("Cairn engine, PostgreSQL (durable)", steps, repeats,
-                    lambda r: cairn_turn(steps, r, server.create_database(f"bench{next(counter)}")))
+                    lambda r: cairn_turn(steps, tool, r, server.create_database(f"bench{next(counter)}")))
         finally:
             server.stop()
     print(f"\nCairn / SDK in memory: {cairn / sdk:.2f}   Cairn / SDK + SQLiteSession: {cairn / sdk_durable:.2f}   "
