@@ -33,15 +33,12 @@ def run_tasks(
     work: Callable[[T, S], None],
     make_state: Callable[[int], S],
     *,
-    finish_state: Callable[[S], None] | None = None,
     helpers: int = MAX_HELPERS,
 ) -> list[S]:
     """Call `work(task, state)` for every task; returns the per-thread states that were used.
 
-    `make_state(lane)` builds a thread's private state (a buffer, a pack writer) the first time
-    that thread takes a task; lane 0 is the calling thread. `finish_state(state)` runs on the
-    same thread once the queue is empty (not after a failure), so per-thread wrap-up such as
-    committing a pack overlaps with the other threads' last tasks.
+    `make_state(lane)` builds a thread's private state (a buffer, a pack lane) the first time
+    that thread takes a task; lane 0 is the calling thread.
     """
     lock = threading.Lock()
     position = 0
@@ -66,8 +63,6 @@ def run_tasks(
                     with lock:
                         states.append(state)
                 work(task, state)
-            if state is not None and finish_state is not None and not failed:
-                finish_state(state)
         except BaseException as error:
             with lock:
                 failed.append(error)

@@ -129,12 +129,10 @@ class WorkspaceLifecycle:
         async with self._lock:
             self._require("start", LifecycleState.NEW, LifecycleState.STOPPED)
             began = time.monotonic()
-            cached = await run_sync(workspace_state.load_best_effort, self.state_path)
-            if cached is not None:
-                self._stat_cache = cached.stat_cache
-            self._saved = cached
             target = await self._target(snapshot_id)
             if target is None:
+                # No snapshot: a workspace left on disk may still have a valid stat cache.
+                self._adopt(await run_sync(workspace_state.load_best_effort, self.state_path))
                 await run_sync(self.workspace.mkdir, parents=True, exist_ok=True)
                 if self._materialise is not None:
                     await self._materialise(self.workspace)
@@ -158,6 +156,12 @@ class WorkspaceLifecycle:
             self._state = LifecycleState.STARTED
             return StartResult(outcome=outcome, snapshot=target, duration_s=time.monotonic() - began)
 
+    def _adopt(self, cached: workspace_state.CachedFingerprint | None) -> None:
+        """Take the cache file's stat cache as ours; `_saved` is what the file says now."""
+        if cached is not None:
+            self._stat_cache = cached.stat_cache
+        self._saved = cached
+
     async def _target(self, snapshot_id: SnapshotId | None) -> SnapshotInfo | None:
         if snapshot_id is not None:
             return await self.store.get_snapshot(self.scope, snapshot_id)
@@ -168,13 +172,15 @@ class WorkspaceLifecycle:
         if target.fingerprint_version != FINGERPRINT_VERSION or target.manifest_digest != self.manifest_digest:
             return False
         try:
-            # One worker-thread hop for the whole check: on a busy host each hop costs milliseconds.
-            fingerprinted = await run_sync(self._live_fingerprint)
+            # One worker-thread hop for the cache file and the whole live fingerprint: on a busy
+            # host each hop costs milliseconds.
+            cached, fingerprinted = await run_sync(self._live_fingerprint)
         except (CairnError, OSError) as error:
             logger.warning(
                 "session %s: live fingerprint failed (%s); restoring instead of reusing", self.scope.session_id, error
             )
             return False
+        self._adopt(cached)
         if fingerprinted is None:
             return False
         live, refreshed = fingerprinted
@@ -183,10 +189,14 @@ class WorkspaceLifecycle:
         await self._remember(target, refreshed)
         return True
 
-    def _live_fingerprint(self) -> tuple[str, StatCache] | None:
+    def _live_fingerprint(
+        self,
+    ) -> tuple[workspace_state.CachedFingerprint | None, tuple[str, StatCache] | None]:
+        cached = workspace_state.load_best_effort(self.state_path)
         if not self.workspace.is_dir():
-            return None
-        return fingerprint_workspace(self.workspace, self.exclusions, self._stat_cache, self.manifest_digest)
+            return cached, None
+        stat_cache = cached.stat_cache if cached is not None else self._stat_cache
+        return cached, fingerprint_workspace(self.workspace, self.exclusions, stat_cache, self.manifest_digest)
 
     async def _remember(self, snapshot: SnapshotInfo, stat_cache: StatCache) -> None:
         self._stat_cache = stat_cache

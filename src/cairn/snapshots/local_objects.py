@@ -4,6 +4,9 @@ Each key is a file under `root`; a writer fills a hidden temporary sibling, fsyn
 it into place and fsyncs the directory, so a `kill -9` or a power cut leaves either the old
 state or the whole new object (design invariant 7). Temporary files are never listed, and
 `sweep_abandoned` removes those a killed writer left behind.
+
+A big object is made durable in steps while it is written (`_DurableAhead`), so that the disk
+does most of the work of the commit's fsync while the persist is still hashing.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +38,51 @@ def _raise_unavailable(action: str, key: str, error: OSError) -> NoReturn:
 
 # Start writing a pack to disk every this many bytes (see `start_writeback`).
 _WRITEBACK_STEP = 8 * 1024 * 1024
+# ... and ask for everything written so far to be made durable every this many bytes.
+_DURABLE_STEP = 16 * 1024 * 1024
+# A pack of small files receives one write per file: buffer them into few system calls
+# (chunks of a large file are bigger than this and go to the kernel directly).
+_BUFFER = 256 * 1024
+
+
+class _DurableAhead:
+    """`fdatasync` of a file being written, on a helper thread, at most one at a time.
+
+    Why: the commit's fsync is what a persist waits for at the end, and its cost grows with
+    the data the disk has accepted but not yet made durable (the device's write cache; on a
+    VM, the host's page cache behind the virtual disk: measured there, the fsync of a 50 MiB
+    pack waited 200-300 ms after `sync_file_range` had already sent every byte). Flushing
+    each `_DURABLE_STEP` while the writer goes on lets that work overlap with hashing.
+
+    Only a head start: durability still comes from the commit's own fsync. But an error the
+    helper's flush saw is consumed by it (the kernel reports a writeback error once per open
+    file), so `wait()` re-raises it and the commit fails instead of renaming a damaged file.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._thread: threading.Thread | None = None
+        self._error: OSError | None = None
+
+    def request(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return  # the running flush covers most of it; the next step asks again
+        self._thread = threading.Thread(target=self._flush, name="cairn-snapshots-flush")
+        self._thread.start()
+
+    def _flush(self) -> None:
+        try:
+            os.fdatasync(self._fd)
+        except OSError as error:
+            self._error = self._error or error
+
+    def wait(self) -> None:
+        """Wait for a running flush (the file must not be closed under it); raise what it hit."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            raise self._error
 
 
 class _LocalWriter(ObjectWriter):
@@ -45,9 +94,10 @@ class _LocalWriter(ObjectWriter):
         self._temp = temp_name_for(path)
         try:
             make_dirs_durable(path.parent)
-            self._handle: BinaryIO = open(self._temp, "xb")
+            self._handle: BinaryIO = open(self._temp, "xb", buffering=_BUFFER)
         except OSError as error:
             _raise_unavailable("create", key, error)
+        self._durable_ahead = _DurableAhead(self._handle.fileno())
 
     def _write(self, data: bytes | memoryview) -> None:
         try:
@@ -56,6 +106,8 @@ class _LocalWriter(ObjectWriter):
             if end - self._written_back >= _WRITEBACK_STEP:
                 self._handle.flush()
                 start_writeback(self._handle.fileno(), self._written_back, end - self._written_back)
+                if end // _DURABLE_STEP != self._written_back // _DURABLE_STEP:
+                    self._durable_ahead.request()
                 self._written_back = end
         except OSError as error:
             self._abort()
@@ -64,6 +116,7 @@ class _LocalWriter(ObjectWriter):
     def _commit(self) -> None:
         try:
             self._handle.flush()
+            self._durable_ahead.wait()
             os.fsync(self._handle.fileno())
             self._handle.close()
             os.replace(self._temp, self._path)
@@ -73,6 +126,10 @@ class _LocalWriter(ObjectWriter):
             _raise_unavailable("commit", self._key, error)
 
     def _abort(self) -> None:
+        try:
+            self._durable_ahead.wait()
+        except OSError:
+            pass  # the object is being thrown away; its flush error no longer matters
         self._handle.close()
         self._temp.unlink(missing_ok=True)
 

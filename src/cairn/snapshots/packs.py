@@ -14,16 +14,30 @@ from __future__ import annotations
 import secrets
 import struct
 import threading
+from typing import NamedTuple
 
 from cairn.snapshots import layout
 from cairn.snapshots.errors import SnapshotCorruptError
-from cairn.snapshots.models import BlobLocation, PackIndex
+from cairn.snapshots.models import PackIndex
 from cairn.snapshots.objects import ObjectStore, ObjectWriter
 
-__all__ = ["BlobIndex", "PackWriter", "read_pack_index"]
+__all__ = ["BlobIndex", "PackWriter", "StoredBlob", "read_pack_index"]
 
 _MAGIC = b"CAIRNPK1"
 _FOOTER = struct.Struct(">Q8s")
+
+
+class StoredBlob(NamedTuple):
+    """Where a blob lives: the fields of a tree's `BlobLocation`, without a pydantic model.
+
+    A persist makes one per new file and the tenant index one per known blob; building a
+    model for each (even with `model_construct`) cost more than hashing the file's bytes.
+    """
+
+    digest: str
+    pack: str
+    offset: int
+    length: int
 
 
 class PackWriter:
@@ -39,20 +53,15 @@ class PackWriter:
     def size(self) -> int:
         return self._writer.size
 
-    @property
-    def is_empty(self) -> bool:
-        return not self._blobs
-
     def write(self, data: bytes | memoryview) -> None:
         """Append bytes of the blob being written; `end_blob` names them."""
         self._writer.write(data)
 
-    def end_blob(self, digest: str) -> BlobLocation:
+    def end_blob(self, digest: str) -> StoredBlob:
         offset, length = self._blob_start, self._writer.size - self._blob_start
         self._blobs.append((digest, offset, length))
         self._blob_start = self._writer.size
-        # model_construct: offsets come from this writer's own byte count, nothing to validate.
-        return BlobLocation.model_construct(digest=digest, pack=self.pack_id, offset=offset, length=length)
+        return StoredBlob(digest, self.pack_id, offset, length)
 
     def commit(self) -> PackIndex:
         index = PackIndex(pack_id=self.pack_id, pack_bytes=self._writer.size, blobs=tuple(self._blobs))
@@ -105,7 +114,7 @@ class BlobIndex:
         self._lock = threading.Lock()
         self._packs: dict[str, PackIndex] = {}
         self._active: set[str] = set()
-        self._locations: dict[str, BlobLocation] = {}
+        self._locations: dict[str, StoredBlob] = {}
 
     def refresh(self, objects: ObjectStore) -> None:
         listed = {
@@ -136,12 +145,9 @@ class BlobIndex:
         locations = self._locations
         for digest, offset, length in index.blobs:
             if digest not in locations:
-                # model_construct: the pack index was validated when it was read or written.
-                locations[digest] = BlobLocation.model_construct(
-                    digest=digest, pack=pack_id, offset=offset, length=length
-                )
+                locations[digest] = StoredBlob(digest, pack_id, offset, length)
 
-    def get(self, digest: str) -> BlobLocation | None:
+    def get(self, digest: str) -> StoredBlob | None:
         with self._lock:
             return self._locations.get(digest)
 

@@ -47,7 +47,7 @@ from cairn.snapshots.exclusions import Exclusions
 from cairn.snapshots.ids import SnapshotScope
 from cairn.snapshots.models import RootMeta, SnapshotInfo, TreeEntry
 from cairn.snapshots.objects import ObjectReader, ObjectStore
-from cairn.snapshots.stat_cache import StatCache, StatKey
+from cairn.snapshots.stat_cache import StatCache, StatKey, stat_key
 
 __all__ = ["read_tree", "restore_workspace"]
 
@@ -589,8 +589,7 @@ def _stat_cache_for_best_effort(workspace: Path, entries: list[TreeEntry]) -> St
     try:
         for entry in entries:
             if entry.kind == "file" and entry.blob is not None:
-                st = os.lstat(os.path.join(base, entry.path))
-                key = StatKey(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_dev)
+                key = stat_key(os.lstat(os.path.join(base, entry.path)))
                 observations.append((entry.path, key, entry.blob.digest))
     except OSError as error:
         logger.warning("restored %s but could not stat it for the cache: %s", workspace, error)

@@ -22,7 +22,7 @@ from pathlib import Path
 from cairn.errors import WorkspaceError
 from cairn.snapshots.exclusions import Exclusions
 from cairn.snapshots.models import EntryKind, RootMeta
-from cairn.snapshots.stat_cache import StatCache, StatKey
+from cairn.snapshots.stat_cache import StatCache, StatKey, stat_key
 
 __all__ = ["ScannedEntry", "WorkspaceScan", "scan_workspace", "data_extents"]
 
@@ -71,9 +71,6 @@ def data_extents(fd: int, size: int) -> tuple[tuple[int, int], ...]:
 
 
 def _sparse_extents(path: str, st: os.stat_result) -> tuple[tuple[int, int], ...] | None:
-    # Most files are dense; only a file with fewer allocated blocks than its size can have holes.
-    if st.st_blocks * 512 >= st.st_size:
-        return None
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         extents = data_extents(fd, st.st_size)
@@ -99,9 +96,9 @@ def scan_workspace(workspace: Path, exclusions: Exclusions, stat_cache: StatCach
         mtime_ns=root_stat.st_mtime_ns,
     )
     scan = WorkspaceScan(root=root, entries=[], started_ns=started_ns)
-    first_link: dict[tuple[int, int], str] = {}
+    walker = _Walker(exclusions.paths, stat_cache, scan)
     try:
-        _walk(str(workspace), "", exclusions, stat_cache, scan, first_link)
+        walker.walk(str(workspace), "")
     except OSError as error:
         raise WorkspaceError(
             f"workspace {workspace} could not be scanned: {error.strerror} ({error.filename})"
@@ -109,57 +106,65 @@ def scan_workspace(workspace: Path, exclusions: Exclusions, stat_cache: StatCach
     return scan
 
 
-def _walk(
-    directory: str,
-    prefix: str,
-    exclusions: Exclusions,
-    stat_cache: StatCache,
-    scan: WorkspaceScan,
-    first_link: dict[tuple[int, int], str],
-) -> None:
-    with os.scandir(directory) as iterator:
-        children = sorted(iterator, key=lambda entry: entry.name)
-    for child in children:
-        relative = f"{prefix}{child.name}"
-        if exclusions.is_excluded(relative):
-            continue
-        st = child.stat(follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode):
-            scan.entries.append(_entry("dir", relative, st))
-            _walk(child.path, f"{relative}/", exclusions, stat_cache, scan, first_link)
-        elif stat.S_ISREG(st.st_mode):
-            if st.st_nlink > 1:
-                inode = (st.st_dev, st.st_ino)
-                primary = first_link.get(inode)
-                if primary is not None:
-                    link = _entry("hardlink", relative, st)
-                    link.target = primary
-                    scan.entries.append(link)
-                    continue
-                first_link[inode] = relative
-            entry = _entry("file", relative, st)
-            entry.size = st.st_size
-            entry.extents = _sparse_extents(child.path, st)
-            entry.stat_key = StatKey(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_dev)
-            entry.digest = stat_cache.lookup(relative, entry.stat_key)
-            scan.entries.append(entry)
-        elif stat.S_ISLNK(st.st_mode):
-            link = _entry("symlink", relative, st)
-            link.target = os.readlink(child.path)
-            scan.entries.append(link)
-        elif stat.S_ISFIFO(st.st_mode):
-            scan.entries.append(_entry("fifo", relative, st))
-        else:
-            logger.warning("snapshot skips %r: sockets and device nodes are not snapshotted", relative)
-            scan.skipped.append(relative)
+class _Walker:
+    """One walk of the tree; a class only to keep its per-walk state out of every call's arguments.
+
+    This loop runs once per workspace entry on every skip check and persist, so it does the
+    minimum per entry: one `lstat` (through `DirEntry`), one set lookup for exclusions (an
+    excluded directory is never entered, so nothing below it needs a prefix test), and one
+    stat-cache lookup per file.
+    """
+
+    def __init__(self, excluded: frozenset[str], stat_cache: StatCache, scan: WorkspaceScan) -> None:
+        self._excluded = excluded
+        self._lookup = stat_cache.lookup
+        self._scan = scan
+        self._entries = scan.entries
+        self._first_link: dict[tuple[int, int], str] = {}
+
+    def walk(self, directory: str, prefix: str) -> None:
+        with os.scandir(directory) as iterator:
+            children = sorted(iterator, key=lambda entry: entry.name)
+        entries = self._entries
+        excluded = self._excluded
+        for child in children:
+            relative = f"{prefix}{child.name}"
+            if excluded and relative in excluded:
+                continue
+            st = child.stat(follow_symlinks=False)
+            kind = _KINDS.get(stat.S_IFMT(st.st_mode))
+            if kind is None:
+                logger.warning("snapshot skips %r: sockets and device nodes are not snapshotted", relative)
+                self._scan.skipped.append(relative)
+                continue
+            entry = ScannedEntry(relative, kind, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns)
+            entries.append(entry)
+            if kind == "dir":
+                self.walk(child.path, f"{relative}/")
+            elif kind == "file":
+                self._file(entry, child.path, st)
+            elif kind == "symlink":
+                entry.target = os.readlink(child.path)
+
+    def _file(self, entry: ScannedEntry, path: str, st: os.stat_result) -> None:
+        if st.st_nlink > 1:
+            inode = (st.st_dev, st.st_ino)
+            primary = self._first_link.get(inode)
+            if primary is not None:
+                entry.kind = "hardlink"
+                entry.target = primary
+                return
+            self._first_link[inode] = entry.path
+        entry.size = st.st_size
+        if st.st_blocks * 512 < st.st_size:  # only then can it have holes
+            entry.extents = _sparse_extents(path, st)
+        entry.stat_key = key = stat_key(st)
+        entry.digest = self._lookup(entry.path, key)
 
 
-def _entry(kind: EntryKind, path: str, st: os.stat_result) -> ScannedEntry:
-    return ScannedEntry(
-        path=path,
-        kind=kind,
-        mode=stat.S_IMODE(st.st_mode),
-        uid=st.st_uid,
-        gid=st.st_gid,
-        mtime_ns=st.st_mtime_ns,
-    )
+_KINDS: dict[int, EntryKind] = {
+    stat.S_IFDIR: "dir",
+    stat.S_IFREG: "file",
+    stat.S_IFLNK: "symlink",
+    stat.S_IFIFO: "fifo",
+}

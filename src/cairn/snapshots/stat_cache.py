@@ -9,26 +9,38 @@ The racy case (git calls it "racily clean"): a file modified in the same kernel 
 the moment we looked at it could later change without any stat field moving. Entries whose
 ctime is within `RACY_WINDOW_NS` of the start of the scan are therefore never cached; they are
 hashed again next time, by which point they are either settled or visibly changed.
+
+Keys are named tuples, compared in C: the skip check builds and compares one per file.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from typing import Any, NamedTuple
 
-__all__ = ["RACY_WINDOW_NS", "StatCache", "StatKey"]
+from pydantic import StrictInt, StrictStr, TypeAdapter, ValidationError
+
+__all__ = ["RACY_WINDOW_NS", "StatCache", "StatKey", "stat_key"]
 
 # The coarse kernel clock ticks every 1-10 ms; 50 ms leaves a wide margin.
 RACY_WINDOW_NS = 50_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class StatKey:
+class StatKey(NamedTuple):
     size: int
     mtime_ns: int
     ino: int
     ctime_ns: int
     dev: int
+
+
+def stat_key(st: os.stat_result) -> StatKey:
+    return StatKey(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_dev)
+
+
+# One Rust-side validation of the whole cached mapping (strict: a bool is not an int).
+_ENCODED = TypeAdapter(dict[str, tuple[StrictInt, StrictInt, StrictInt, StrictInt, StrictInt, StrictStr]])
 
 
 class StatCache:
@@ -60,18 +72,13 @@ class StatCache:
         return cls({path: (key, digest) for path, key, digest in observations if key.ctime_ns < horizon})
 
     def to_json(self) -> dict[str, list[object]]:
-        return {
-            path: [key.size, key.mtime_ns, key.ino, key.ctime_ns, key.dev, digest]
-            for path, (key, digest) in self._entries.items()
-        }
+        return {path: [*key, digest] for path, (key, digest) in self._entries.items()}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, list[object]]) -> StatCache:
-        entries: dict[str, tuple[StatKey, str]] = {}
-        for path, fields in data.items():
-            numbers = [value for value in fields[:5] if isinstance(value, int)]
-            digest = fields[5] if len(fields) == 6 else None
-            if len(numbers) != 5 or not isinstance(digest, str):
-                raise ValueError(f"stat cache entry for {path!r} is malformed")
-            entries[path] = (StatKey(*numbers), digest)
-        return cls(entries)
+    def from_json(cls, data: Any) -> StatCache:
+        """The inverse of `to_json`; raises ValueError when `data` is not what it wrote."""
+        try:
+            decoded = _ENCODED.validate_python(data)
+        except ValidationError as error:
+            raise ValueError(f"the stat cache is malformed: {error.error_count()} bad field(s)") from error
+        return cls({path: (StatKey(*fields[:5]), fields[5]) for path, fields in decoded.items()})

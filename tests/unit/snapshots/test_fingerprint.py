@@ -27,7 +27,7 @@ def workspace(tmp_path: Path) -> Path:
 
 
 def test_version_is_named() -> None:
-    assert FINGERPRINT_VERSION.endswith("-v1")
+    assert FINGERPRINT_VERSION.endswith("-v2")
 
 
 @pytest.mark.parametrize(

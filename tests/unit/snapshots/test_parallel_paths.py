@@ -27,7 +27,6 @@ MIB = 1024 * 1024
 
 def test_run_tasks_runs_every_task_once_with_per_thread_state() -> None:
     done: list[int] = []
-    finished: list[int] = []
     lock = threading.Lock()
 
     def work(task: int, state: list[int]) -> None:
@@ -35,18 +34,13 @@ def test_run_tasks_runs_every_task_once_with_per_thread_state() -> None:
         with lock:
             done.append(task)
 
-    def finish(state: list[int]) -> None:
-        with lock:
-            finished.extend(state)
-
     def new_state(_lane: int) -> list[int]:
         return []
 
     with ThreadPoolExecutor(2) as executor:
-        states = run_tasks(executor, list(range(50)), work, new_state, finish_state=finish)
+        states = run_tasks(executor, list(range(50)), work, new_state)
     assert sorted(done) == list(range(50))
-    assert sorted(finished) == list(range(50))
-    assert sum(len(state) for state in states) == 50
+    assert sorted(tasks for state in states for tasks in state) == list(range(50))
 
 
 def test_run_tasks_stops_at_the_first_failure_and_waits_for_running_helpers() -> None:
@@ -65,7 +59,7 @@ def test_run_tasks_stops_at_the_first_failure_and_waits_for_running_helpers() ->
             raise ValueError("boom")
 
     with ThreadPoolExecutor(1) as executor, pytest.raises(ValueError, match="boom"):
-        run_tasks(executor, list(range(100)), work, lambda _lane: None, finish_state=lambda _state: None)
+        run_tasks(executor, list(range(100)), work, lambda _lane: None)
     assert still_writing == [False], "run_tasks returned before the helper let go of its task"
     assert len(started) < 100
 
