@@ -9,9 +9,12 @@ Builds the issue-4 workspace (2,000 random files of 1-8 KiB in 20 directories + 
           (workspace missing), and the "unchanged, skip restore" check (`start()` -> reused)
   disk    `tar -cf` of the tree and a raw read of every file (`cat > /dev/null`)
 
-and the peak RSS above the pre-operation baseline (sampled every 2 ms). Dirty pages are flushed
-(`sync`) before every timed round of every contender, outside the timing. Not part of the test
-run; needs the bench extra: `scripts/bootstrap bench && .venv/bin/python benchmarks/snapshots.py`.
+and the peak RSS above the pre-operation baseline (the kernel's high-water mark, reset before
+each round: exact, and no sampling thread competing for the GIL). Both sides start every round
+from the same state: dirty pages flushed (`sync`), outside the timing, and an empty snapshot
+store for the persists (the SDK's previous tar is removed, as Cairn's store is; replacing it
+inside `stop()` would add ~0.1 s of unlink to the SDK's time). Not part of the test run; needs
+the bench extra: `scripts/bootstrap bench && .venv/bin/python benchmarks/snapshots.py`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -72,35 +74,35 @@ def build_workspace(root: Path) -> int:
 
 
 class PeakRss:
-    """Samples this process's RSS on a thread; `peak_mib` is the rise above the start value."""
+    """This process's peak RSS during a block, above its RSS at the start (Linux `VmHWM`).
+
+    Writing 5 to `clear_refs` resets the high-water mark to the current RSS, so the peak is
+    exact without sampling.
+    """
 
     def __init__(self) -> None:
-        self._stop = threading.Event()
-        self._page = os.sysconf("SC_PAGE_SIZE")
-        self.baseline = self._rss()
-        self.peak = self.baseline
-        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self.baseline = self.peak = 0
 
-    def _rss(self) -> int:
-        with open("/proc/self/statm") as handle:
-            return int(handle.read().split()[1]) * self._page
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.002):
-            self.peak = max(self.peak, self._rss())
+    @staticmethod
+    def _status_kib(field: str) -> int:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1])
+        raise RuntimeError(f"/proc/self/status has no {field}")
 
     def __enter__(self) -> PeakRss:
-        self._thread.start()
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        self.baseline = self._status_kib("VmRSS")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self._rss())
+        self.peak = self._status_kib("VmHWM")
 
     @property
     def peak_mib(self) -> float:
-        return (self.peak - self.baseline) / MIB
+        return (self.peak - self.baseline) / 1024
 
 
 @dataclass
@@ -175,7 +177,12 @@ async def bench_sdk(workspace: Path, scratch: Path, rounds: int) -> list[Measure
     async def persist() -> None:
         await session.stop()
 
-    persisted = await measure("SDK persist (LocalSnapshot, stop)", rounds, persist, note="tar in RAM + fingerprint")
+    async def empty_store() -> None:
+        shutil.rmtree(scratch / "sdk-snapshots", ignore_errors=True)
+
+    persisted = await measure(
+        "SDK persist (LocalSnapshot, stop)", rounds, persist, prepare=empty_store, note="tar in RAM + fingerprint"
+    )
     fingerprint = await measure(
         "SDK fingerprint (tar | sha256sum)", rounds, session._inner._compute_and_cache_snapshot_fingerprint
     )
