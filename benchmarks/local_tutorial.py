@@ -3,10 +3,10 @@
 A faster loop than `cairn demo` for tuning the local provider: it drives `LocalModel`
 through the demo's two prompts and instructions (`cairn.demo`), with Cairn's own
 workspace tools (`cairn.engine.tools`) and sandbox backend, in a fresh temporary
-workspace per run, and reports per turn: wall time, the tool calls made, and whether the
-turn did what was asked (judged like the demo, plus: each turn must have run the script
-itself; the delivered script is run in the sandbox on a known tree and must print it and
-limit its depth, `cairn.demo.check_tree_script`).
+workspace per run holding the demo's sample project, and reports per turn: wall time, the
+tool calls made, and whether the turn did what was asked (judged like the demo, plus: each
+turn must have run the script itself; the delivered script is run in the sandbox on a
+known tree and must print it and limit its depth, `cairn.demo.check_tree_script`).
 
     .venv/bin/python benchmarks/local_tutorial.py --runs 5
 
@@ -28,7 +28,7 @@ from typing import Any
 
 import anyio
 
-from cairn.demo import INSTRUCTIONS, PROMPTS, check_tree_script
+from cairn.demo import INSTRUCTIONS, PROMPTS, SAMPLE_PROJECT, check_tree_script
 from cairn.engine.tools import run_file_tool, workspace_tool_specs
 from cairn.engine.workspace_files import WorkspaceFiles
 from cairn.errors import CairnError
@@ -144,6 +144,9 @@ async def _run(index: int, cache_dir: Path, backend: SandboxBackend) -> tuple[Tu
     model = create_local_model("local:qwen2.5-coder-1.5b", cache_dir)
     workspace = Path(tempfile.mkdtemp(prefix="cairn-tutorial-"))
     try:
+        files = WorkspaceFiles(workspace, backend.file_owner)
+        for path, text in SAMPLE_PROJECT.items():
+            files.write_bytes(path, text.encode())
         await backend.prepare_workspace(workspace)
         items: list[InputItem] = []
         session = f"tutorial-run-{index}"

@@ -1,9 +1,12 @@
 """`cairn demo`: the tree.py tutorial end to end, printed live.
 
-It starts a `cairn serve` process on a free port, creates a session, and asks the agent
-(1) to write tree.py and run it, (2) to add `--max-depth`, run it and copy it to
-`/workspace/outputs/`; then it downloads the published artifact and runs it, in the
-sandbox, on a known directory tree: the demo succeeds only if both turns completed and the
+It starts a `cairn serve` process on a free port, creates a session whose workspace holds
+a small sample project (so the tree has something to show), and asks the agent, in the
+tutorial's words, (1) to create tree.py, which prints the tree of the current directory,
+and run it, (2) to add `--max-depth`, run it with `--max-depth 2` and copy it to
+`/workspace/outputs/`. Then it downloads the published artifact and runs it the way the
+tutorial's reader does, in the directory it was saved to (in the sandbox: it is the
+agent's code), on a known tree: the demo succeeds only if both turns completed and the
 delivered script prints the tree and limits its depth (`check_tree_script`), because a
 model can finish both turns without the file doing what was asked. The model is the first
 available of: the one named with `--model`, an OpenAI-compatible endpoint
@@ -13,6 +16,7 @@ needs nothing. The user is told which one ran and how to enable the others.
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import sys
@@ -23,6 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+from openai.types.beta.hosted_environment_file_param import HostedEnvironmentFileParamInline
 
 from cairn._concurrency import run_sync
 from cairn.client import Client
@@ -32,22 +37,28 @@ from cairn.sandbox.base import ExecRequest, SandboxBackend
 from cairn.sandbox.selection import select_backend
 from cairn.testing.server import CairnServer
 
-__all__ = ["DemoResult", "EventPrinter", "check_tree_script", "choose_model", "run_demo"]
+__all__ = ["DemoResult", "EventPrinter", "SAMPLE_PROJECT", "check_tree_script", "choose_model", "run_demo"]
 
 SCRIPTS_DIR = Path(__file__).with_name("demo_scripts")
 LOCAL_MODEL = "local:qwen2.5-coder-1.5b"
-INSTRUCTIONS = (
-    "You are a coding agent. Your workspace is /workspace; run commands with the shell tool and create "
-    "files with write_file or apply_patch. Finish each task, check that it works, then answer in one short sentence."
-)
+# The tutorial's instructions and prompts, word for word (the seed article; spec §7).
+INSTRUCTIONS = "Write clean code, run it, and report the actual output."
 PROMPTS = (
-    "Write a Python script /workspace/tree.py that prints the directory tree of the path given as its first "
-    "argument (default: the current directory), like the `tree` command. Then create a few sample folders and "
-    "files under /workspace/demo and run `python3 tree.py demo`.",
-    "Add a --max-depth N option to tree.py that limits how deep the tree goes, run `python3 tree.py demo "
-    "--max-depth 1`, then copy the script to /workspace/outputs/tree.py.",
+    "Create tree.py, a Python script that prints a readable tree of the files in the current directory. "
+    "Run it and show me the output.",
+    "Add a --max-depth option to tree.py. Run python tree.py --max-depth 2 and report the actual output. "
+    "Copy the updated script to /workspace/outputs/tree.py so I can download it.",
 )
-
+# The workspace the session starts with: a project a few levels deep, so the tree shows
+# structure and `--max-depth 2` visibly hides something. The agent writes tree.py itself.
+SAMPLE_PROJECT = {
+    "README.md": "# notes-app\n\nA small sample project for the tree.py tutorial.\n",
+    "src/notes/__init__.py": "",
+    "src/notes/app.py": 'print("notes")\n',
+    "src/notes/storage/files.py": "NOTES_DIR = \"notes\"\n",
+    "tests/test_app.py": "def test_nothing():\n    pass\n",
+    "docs/usage.md": "Run the app with python -m notes.\n",
+}
 
 def choose_model(explicit: str | None, environ: dict[str, str] | os._Environ[str] = os.environ) -> tuple[str, list[str]]:
     """The model to use and the hints to print about the other options."""
@@ -62,7 +73,7 @@ def choose_model(explicit: str | None, environ: dict[str, str] | os._Environ[str
         return "openai:" + environ.get("CAIRN_DEMO_MODEL", "gpt-4.1-mini"), hints
     if is_local_model_installed():
         return LOCAL_MODEL, hints
-    return "scripted:tree", hints
+    return "scripted:tutorial", hints
 
 
 @dataclass
@@ -133,40 +144,49 @@ class DemoResult:
         )
 
 
-# The known tree the delivered script is run on: what `--max-depth 1` must show, and hide.
-_CHECK_TREE = ("demo/top.txt", "demo/level1/level2/level3/deepest.txt")
-_SHALLOW = ("level1", "top.txt")
-_DEEP = ("level3", "deepest.txt")
+# The check runs the delivered script as the tutorial's reader does: `python3 tree.py` in
+# the directory it was downloaded to (not the sandbox's /workspace, so a script that lists
+# a fixed directory fails), which holds this known tree.
+_CHECK_DIR = "download"
+_CHECK_FILES = ("top.txt", "level1/level2/level3/level4/deepest.txt")
+_NAMES = ("top.txt", "level1", "level2", "level3", "level4", "deepest.txt")
+# What `--max-depth N` must show and hide. Whether the top level counts as depth 0 or 1
+# is the script's choice, so each limit allows one level more than `tree -L N` shows.
+_LIMITS = {1: (("top.txt", "level1"), ("level3", "level4", "deepest.txt")), 2: (("level2",), ("level4", "deepest.txt"))}
 
 
 async def check_tree_script(script: Path) -> str:
     """Run a delivered tree.py in the sandbox on a known tree; "" if it works, else why not.
 
-    It must exit 0 and show the whole tree of `demo` (and not the directory around it) for
-    `python3 tree.py demo`, and for
-    `python3 tree.py demo --max-depth 1` show the first level but nothing three levels
-    down. The script is the agent's code, so it runs in the sandbox, never on the host.
+    In the directory holding the script and the tree, `python3 tree.py` must exit 0 and
+    show every name of the tree, and `python3 tree.py --max-depth N` (N = 1, 2) must exit 0,
+    show the levels down to N and hide the deeper ones, showing more for 2 than for 1.
+    The script is the agent's code, so it runs in the sandbox, never on the host.
     """
     backend = await run_sync(select_backend, None)
     root = await run_sync(_make_check_workspace, script)
     workspace = root / "workspace"
     try:
         await backend.prepare_workspace(workspace)
-        full, problem = await _run_check(backend, workspace, "python3 tree.py demo")
+        full, problem = await _run_check(backend, workspace, "python3 tree.py")
         if problem:
             return problem
-        missing = [name for name in _SHALLOW + _DEEP if name not in full]
+        missing = [name for name in _NAMES if name not in full]
         if missing:
-            return f"`python3 tree.py demo` does not show {', '.join(missing)}"
-        if "tree.py" in full:  # the script sits next to demo/, not in it
-            return "`python3 tree.py demo` ignores its path argument (it lists the current directory)"
-        limited, problem = await _run_check(backend, workspace, "python3 tree.py demo --max-depth 1")
-        if problem:
-            return problem
-        if any(name not in limited for name in _SHALLOW):
-            return "`--max-depth 1` does not show the first level"
-        if any(name in limited for name in _DEEP):
-            return "`--max-depth 1` does not limit the depth"
+            return f"`python3 tree.py` does not show {', '.join(missing)}"
+        shown: list[set[str]] = []
+        for depth, (shallow, deep) in _LIMITS.items():
+            command = f"python3 tree.py --max-depth {depth}"
+            limited, problem = await _run_check(backend, workspace, command)
+            if problem:
+                return problem
+            if hidden := [name for name in shallow if name not in limited]:
+                return f"`{command}` does not show {', '.join(hidden)}"
+            if extra := [name for name in deep if name in limited]:
+                return f"`{command}` does not limit the depth: it shows {', '.join(extra)}"
+            shown.append({name for name in _NAMES if name in limited})
+        if not shown[0] < shown[1]:
+            return "`--max-depth 1` and `--max-depth 2` show the same levels: the limit does not follow the option"
         return ""
     finally:
         await run_sync(shutil.rmtree, root)
@@ -175,12 +195,12 @@ async def check_tree_script(script: Path) -> str:
 def _make_check_workspace(script: Path) -> Path:
     root = Path(tempfile.mkdtemp(prefix="cairn-demo-check-"))
     os.chmod(root, 0o711)  # traversable by the sandbox's unprivileged account
-    workspace = root / "workspace"
-    workspace.mkdir()
-    shutil.copyfile(script, workspace / "tree.py")
-    for relative in _CHECK_TREE:
-        (workspace / relative).parent.mkdir(parents=True, exist_ok=True)
-        (workspace / relative).write_text("x\n")
+    directory = root / "workspace" / _CHECK_DIR
+    directory.mkdir(parents=True)
+    shutil.copyfile(script, directory / "tree.py")
+    for relative in _CHECK_FILES:
+        (directory / relative).parent.mkdir(parents=True, exist_ok=True)
+        (directory / relative).write_text("x\n")
     return root
 
 
@@ -191,7 +211,7 @@ async def _run_check(backend: SandboxBackend, workspace: Path, command: str) -> 
     async def collect(data: bytes) -> None:
         chunks.append(data)
 
-    result = await backend.exec(ExecRequest(command, workspace, timeout_s=30), collect)
+    result = await backend.exec(ExecRequest(f"cd {_CHECK_DIR} && {command}", workspace, timeout_s=30), collect)
     output = b"".join(chunks).decode(errors="replace")
     if result.exit_code != 0:
         last = output.strip().splitlines()[-1] if output.strip() else "no output"
@@ -199,12 +219,20 @@ async def _run_check(backend: SandboxBackend, workspace: Path, command: str) -> 
     return output, ""
 
 
+def _inline_files(files: dict[str, str]) -> list[HostedEnvironmentFileParamInline]:
+    return [
+        {"type": "inline", "path": "/workspace/" + path, "data": base64.b64encode(text.encode()).decode()}
+        for path, text in files.items()
+    ]
+
+
 def _run_turns(server: CairnServer, model: str, printer: EventPrinter, output_dir: Path) -> DemoResult:
     timings = []
     # cairn.Client follows each turn across dropped connections, resuming by sequence number.
     with Client(base_url=server.base_url, api_key=server.admin_key, timeout=900.0) as client:
         session = client.beta.agents.sessions.create(
-            agent={"model": model, "instructions": INSTRUCTIONS}, environment={"type": "openai_hosted"}
+            agent={"model": model, "instructions": INSTRUCTIONS},
+            environment={"type": "openai_hosted", "files": _inline_files(SAMPLE_PROJECT)},
         )
         for prompt in PROMPTS:
             started = time.monotonic()
@@ -250,7 +278,7 @@ def run_demo(*, model: str | None, output_dir: Path, data_dir: Path | None, out:
     if result.artifact is None:
         out.write("no artifact was published\n")
     else:
-        verdict = f"it does not work: {result.artifact_problem}" if result.artifact_problem else "it works (checked with --max-depth 1)"
+        verdict = f"it does not work: {result.artifact_problem}" if result.artifact_problem else "it works (checked with --max-depth 1 and 2)"
         out.write(f"artifact saved to {result.artifact}; {verdict}\n")
     out.write(f"cairn demo: {'succeeded' if result.succeeded else 'FAILED'}\n")
     return result
