@@ -41,12 +41,14 @@ __all__ = ["DemoResult", "EventPrinter", "SAMPLE_PROJECT", "check_tree_script", 
 
 SCRIPTS_DIR = Path(__file__).with_name("demo_scripts")
 LOCAL_MODEL = "local:qwen2.5-coder-1.5b"
-# The tutorial's instructions and prompts, word for word (the seed article; spec §7).
+# The tutorial's instructions and prompts (the seed article; spec §7), word for word but
+# for one: the article says `python tree.py`, and Cairn's sandbox, like Debian, has only
+# `python3` (measured: the local model, told `python: not found`, tried to install Python).
 INSTRUCTIONS = "Write clean code, run it, and report the actual output."
 PROMPTS = (
     "Create tree.py, a Python script that prints a readable tree of the files in the current directory. "
     "Run it and show me the output.",
-    "Add a --max-depth option to tree.py. Run python tree.py --max-depth 2 and report the actual output. "
+    "Add a --max-depth option to tree.py. Run python3 tree.py --max-depth 2 and report the actual output. "
     "Copy the updated script to /workspace/outputs/tree.py so I can download it.",
 )
 # The workspace the session starts with: a project a few levels deep, so the tree shows

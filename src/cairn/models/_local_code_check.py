@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +29,11 @@ from cairn.models.base import ToolSpec
 
 __all__ = [
     "PythonSyntaxProblem",
+    "ignored_arguments",
     "is_shell_commands",
     "python_syntax_error",
     "repair_python_escapes",
+    "written_file",
     "written_python_file",
 ]
 
@@ -60,11 +63,10 @@ class PythonSyntaxProblem:
         return f"SyntaxError{where}: {self.message}{shown}"
 
 
-def written_python_file(tool: ToolSpec | None, arguments: Mapping[str, Any]) -> tuple[str, str] | None:
-    """`(path, content)` when this call saves a Python file with a tool that writes files.
+def written_file(tool: ToolSpec | None, arguments: Mapping[str, Any]) -> tuple[str, str] | None:
+    """`(path, content)` when this call saves a file with a tool that writes files.
 
-    A tool writes files when it takes a `path` and a `content` (no tool name is assumed);
-    a Python file is one whose path ends in `.py`.
+    A tool writes files when it takes a `path` and a `content` (no tool name is assumed).
     """
     if tool is None:
         return None
@@ -74,9 +76,15 @@ def written_python_file(tool: ToolSpec | None, arguments: Mapping[str, Any]) -> 
     path, content = arguments.get("path"), arguments.get("content")
     if not isinstance(path, str) or not isinstance(content, str):
         return None
-    if not path.strip().lower().endswith(_PYTHON_SUFFIXES):
-        return None
     return path, content
+
+
+def written_python_file(tool: ToolSpec | None, arguments: Mapping[str, Any]) -> tuple[str, str] | None:
+    """`(path, content)` when this call saves a Python file (a path ending in `.py`)."""
+    written = written_file(tool, arguments)
+    if written is None or not written[0].strip().lower().endswith(_PYTHON_SUFFIXES):
+        return None
+    return written
 
 
 # Commands the model was seen writing into files instead of running them (mkdir lines as
@@ -182,3 +190,47 @@ def repair_python_escapes(source: str, filename: str = "<file>") -> str | None:
         return None
     return repaired
 
+
+
+# How a Python program reads its command line; a file with none of these ignores it.
+_READS_ARGUMENTS = re.compile(r"\b(?:sys\.argv|argv|argparse|getopt|optparse|click|typer|docopt|fire)\b")
+_PYTHON_COMMAND = re.compile(r"(?:.*/)?python(?:3(?:\.\d+)?)?")
+_SHELL_OPERATORS = frozenset({"&&", "||", ";", "|", "&", ">", ">>", "<", "2>", "2>&1", "(", ")"})
+
+
+def _python_runs(command: str, depth: int = 0) -> list[tuple[str, list[str]]]:
+    """`(script, arguments)` for each `python3 script.py args…` in a shell command line.
+
+    A `sh -c '…'` wrapper (seen: the model wraps commands in one) is looked into once.
+    """
+    try:
+        words = shlex.split(command, posix=True)
+    except ValueError:
+        return []
+    runs = []
+    for index, word in enumerate(words):
+        if word == "-c" and depth == 0 and index > 0 and words[index - 1].endswith("sh") and index + 1 < len(words):
+            runs += _python_runs(words[index + 1], depth + 1)
+        if _PYTHON_COMMAND.fullmatch(word) and index + 1 < len(words) and words[index + 1].endswith(_PYTHON_SUFFIXES):
+            arguments = []
+            for argument in words[index + 2 :]:
+                if argument in _SHELL_OPERATORS:
+                    break
+                arguments.append(argument)
+            runs.append((words[index + 1], arguments))
+    return runs
+
+
+def ignored_arguments(command: str, source_of: Callable[[str], str | None]) -> list[tuple[str, list[str]]]:
+    """The Python scripts `command` runs with arguments although their source never reads any.
+
+    `source_of(path)` is what the conversation last saved at that path (None if unknown).
+    Measured: asked to add an option, the model added a parameter and called the function
+    with a fixed value; the run exited 0 and the option silently did nothing.
+    """
+    ignored = []
+    for script, arguments in _python_runs(command):
+        source = source_of(script)
+        if arguments and source is not None and not _READS_ARGUMENTS.search(source):
+            ignored.append((script, arguments))
+    return ignored

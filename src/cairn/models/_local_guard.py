@@ -24,7 +24,17 @@ from typing import Any
 
 from cairn.models.base import FunctionCallInput, InputItem, MessageInput
 
-__all__ = ["CallKey", "TurnCalls", "call_key", "intent_key", "is_looping", "turn_calls"]
+__all__ = [
+    "CallKey",
+    "TurnCalls",
+    "call_key",
+    "copied_from",
+    "intent_key",
+    "is_looping",
+    "last_written",
+    "turn_calls",
+    "written_files",
+]
 
 CallKey = tuple[str, str]
 
@@ -96,6 +106,54 @@ def turn_calls(items: Sequence[InputItem]) -> TurnCalls:
             intents.append(intent_key(item.name, thought))
         previous = item
     return TurnCalls(tuple(keys), tuple(intents))
+
+
+def _file_key(path: str) -> str:
+    """A workspace path as written in calls, compared without `/workspace/` or `./`."""
+    return path.strip().removeprefix("/workspace/").removeprefix("./")
+
+
+def written_files(items: Sequence[InputItem]) -> dict[str, str]:
+    """Each path the conversation's calls saved, as they spelled it last, with the content
+    the last such call gave it. A saving call has a `path` and a string `content`."""
+    files: dict[str, tuple[str, str]] = {}
+    for item in items:
+        if not isinstance(item, FunctionCallInput):
+            continue
+        try:
+            arguments = json.loads(item.arguments)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(arguments, dict) and isinstance(arguments.get("content"), str):
+            if isinstance(arguments.get("path"), str):
+                files[_file_key(arguments["path"])] = (arguments["path"], arguments["content"])
+    return dict(files.values())
+
+
+def last_written(items: Sequence[InputItem], path: str) -> str | None:
+    """The content the conversation's last call saving `path` gave it, if any call did.
+
+    Measured: after a failed run, the model "fixed" the file by writing the same content
+    again, which the repeat guard does not see (a run came in between).
+    """
+    wanted = _file_key(path)
+    return next((content for known, content in written_files(items).items() if _file_key(known) == wanted), None)
+
+
+def copied_from(items: Sequence[InputItem], path: str, content: str) -> str | None:
+    """The saved file that writing `content` to `path` looks like a failed copy of.
+
+    That is another path with the same file name whose content differs. Measured: asked
+    to copy tree.py to outputs/, the model wrote outputs/tree.py itself, once with its
+    own answer as the content, once with an older version of the script.
+    """
+    wanted = _file_key(path)
+    name = wanted.rsplit("/", 1)[-1]
+    for known, saved in written_files(items).items():
+        key = _file_key(known)
+        if key != wanted and key.rsplit("/", 1)[-1] == name and saved != content:
+            return known
+    return None
 
 
 # A reply whose last _LOOP_SPAN characters repeat a block of at most _LOOP_PERIOD

@@ -5,8 +5,8 @@ plain, testable text and so that it grows append-only from step to step: llama.c
 reuses the evaluated prefix (its KV cache) and a step costs only the new tokens, which
 matters at 55-65 prompt tokens/s on two cores.
 
-The model's own earlier steps are rendered in exactly the JSON it was constrained to
-produce (`_local_reply.render_reply`): a call's thought comes back from the engine as the
+The model's own earlier steps are rendered in exactly the form it was constrained to
+produce (`_local_reply.render_reply`; a file's content as a code block): a call's thought comes back from the engine as the
 assistant message stored just before the call, and is put back inside it. Tool results
 are Qwen's `<tool_response>` messages. The preamble is written for a 1.5B model: short, concrete, one rule a line,
 with the reply format shown rather than described; it names no particular task.
@@ -19,16 +19,31 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cairn.models._local_reply import FinalAnswer, ToolCallReply, offered_properties, render_reply
+from cairn.models._local_code_check import ignored_arguments
+from cairn.models._local_guard import last_written
+from cairn.models._local_reply import FinalAnswer, ToolCallReply, fenced_argument, offered_properties, render_reply
 from cairn.models.base import (
     FunctionCallInput,
     FunctionCallOutputInput,
+    InputItem,
     MessageInput,
     ModelRequest,
     ToolSpec,
 )
 
-__all__ = ["MAX_TOOL_OUTPUT_CHARS", "check_turn", "render_check_reminder", "render_commands_in_file_reminder", "render_prompt", "render_syntax_reminder", "render_tools"]
+__all__ = [
+    "MAX_TOOL_OUTPUT_CHARS",
+    "call_notes",
+    "check_turn",
+    "render_check_reminder",
+    "render_commands_in_file_reminder",
+    "render_copy_reminder",
+    "render_empty_file_reminder",
+    "render_prompt",
+    "render_syntax_reminder",
+    "render_tools",
+    "render_unchanged_file_reminder",
+]
 
 # One command's output can be megabytes; the model only needs its beginning and its end
 # (where errors and summaries are), and its context holds a few thousand tokens.
@@ -49,6 +64,12 @@ or, when all the work is done, your answer to the user
 "name": "final_answer", "arguments": {"text": "<your answer>"}}
 After each tool call you get its result in a <tool_response> message."""
 
+# No code is shown: with a one-line example program here, the model's first tree.py
+# printed only the file names in 6 of 8 samples; described in words, 3 of 16
+# (docs/local-model.md). The grammar enforces the layout anyway.
+_FENCED_FORMAT = "A {tool} call gives the file's complete content after the JSON object, as a code block."
+
+
 _RULES = """\
 # How to work
 - Start every new request with a tool call, never with final_answer.
@@ -56,6 +77,7 @@ _RULES = """\
 - A file you are asked to create does not exist yet: write it before you run it.
 - To create or change a file, write its complete new content in one call.
 {tool_roles}
+- Run Python programs with python3 (a command named python may not exist).
 - After writing a program, run it and read the output. If it fails, fix the file and run it again.
 - Never repeat a call you already made with the same arguments: its result is above.
 - Reply with final_answer only when every part of the request is done: say briefly what you \
@@ -87,17 +109,15 @@ def _tool_roles(tools: Sequence[ToolSpec]) -> str:
         )
     else:
         roles = "- A file's content is never a list of commands to run: run commands with a tool that runs them."
-    return roles + (_ESCAPE_RULE if writers else "")
+    return roles
 
 
-# Measured: writing Python, the model put JSON `\n` where the file needed the two
-# characters backslash-n (inside a string literal), so the saved file broke mid-string.
-# The rule shows the one escape that differs, on a line of code.
-_ESCAPE_RULE = (
-    "\n- File content is a JSON string: a line break in the file is \\n, a quote is \\\", and every "
-    "backslash in the file is doubled. So the Python line print(\"a\\nb\") is written "
-    "print(\\\"a\\\\nb\\\") in the JSON."
-)
+def _fenced_format(tools: Sequence[ToolSpec]) -> str | None:
+    """How a file writer's call is written (see `_local_reply`), if any tool is one."""
+    for tool in tools:
+        if fenced_argument(tool) is not None:
+            return _FENCED_FORMAT.format(tool=tool.name)
+    return None
 
 
 def _type_name(schema: Any) -> str:
@@ -110,11 +130,14 @@ def _type_name(schema: Any) -> str:
     return " | ".join(options) or "any"
 
 
-def _describe_parameters(parameters: Mapping[str, Any]) -> list[str]:
+def _describe_parameters(parameters: Mapping[str, Any], fenced: str | None) -> list[str]:
     properties = offered_properties(parameters)
     required = set(parameters.get("required") or ())
     lines: list[str] = []
     for name, schema in properties.items():
+        if name == fenced:
+            lines.append(f"- {name}: the code block after the JSON object")
+            continue
         kind = _type_name(schema)
         if isinstance(schema, Mapping) and "enum" in schema:
             kind = " | ".join(json.dumps(v) for v in schema["enum"])
@@ -129,7 +152,7 @@ def render_tools(tools: Sequence[ToolSpec]) -> str:
     sections = ["# Tools"]
     for tool in tools:
         sections.append(f"## {tool.name}\n{tool.description.strip()}")
-        argument_lines = _describe_parameters(tool.parameters)
+        argument_lines = _describe_parameters(tool.parameters, fenced_argument(tool))
         if argument_lines:
             sections.append("Arguments:\n" + "\n".join(argument_lines))
     return "\n".join(sections)
@@ -147,15 +170,50 @@ def _message(role: str, text: str) -> str:
     return f"<|im_start|>{role}\n{text}<|im_end|>\n"
 
 
-def _call_text(item: FunctionCallInput, thought: str) -> str:
+def _call_text(item: FunctionCallInput, thought: str, tools: Mapping[str, ToolSpec]) -> str:
     try:
         arguments = json.loads(item.arguments)
     except json.JSONDecodeError:
         arguments = None
     if isinstance(arguments, dict):
-        return render_reply(ToolCallReply(item.name, arguments, thought))
+        tool = tools.get(item.name)
+        return render_reply(ToolCallReply(item.name, arguments, thought), fenced_argument(tool) if tool else None)
     # Not an object: show it as the model wrote it rather than invent a structure.
     return json.dumps({"name": item.name, "arguments": item.arguments}, ensure_ascii=False)
+
+
+# "/bin/sh: 1: python: not found". For a few programs whose usual name differs between
+# systems, the note names the one to use (a Debian sandbox has python3 and no python).
+_NOT_FOUND = re.compile(r"(?:^|: )([\w.+-]+): (?:command )?not found$", re.MULTILINE)
+_USUAL_NAMES = {"python": "python3", "pip": "pip3"}
+
+
+def call_notes(call: FunctionCallInput, output: str, earlier: Sequence[InputItem]) -> list[str]:
+    """What a command's output does not say but the model needs to know, read from the call.
+
+    Shown after the tool's result, and counted by the check: a program that does not exist
+    under the name used, and a Python script that exited 0 although its source (as the
+    conversation saved it, in `earlier`) never reads the arguments it was run with.
+    """
+    try:
+        arguments = json.loads(call.arguments)
+    except json.JSONDecodeError:
+        return []
+    command = arguments.get("command", arguments.get("cmd")) if isinstance(arguments, dict) else None
+    if not isinstance(command, str):
+        return []
+    notes = []
+    for missing in dict.fromkeys(_NOT_FOUND.findall(output)):
+        if missing in _USUAL_NAMES:
+            notes.append(f"There is no {missing} command here: use {_USUAL_NAMES[missing]}.")
+    if _exit_code(output) != 0:  # a crash is the first thing to fix, and says so itself
+        return notes
+    for script, ignored in ignored_arguments(command, lambda path: last_written(earlier, path)):
+        notes.append(
+            f"{script} never reads its command-line arguments (it uses neither sys.argv nor argparse), "
+            f"so {' '.join(ignored)} changed nothing."
+        )
+    return notes
 
 
 def render_prompt(request: ModelRequest, *, reminder: str | None = None) -> str:
@@ -166,11 +224,15 @@ def render_prompt(request: ModelRequest, *, reminder: str | None = None) -> str:
     """
     instructions = (request.instructions or "").strip() or _DEFAULT_INSTRUCTIONS
     system_parts = [instructions, _FORMAT]
+    if fenced := _fenced_format(request.tools):
+        system_parts[-1] += "\n" + fenced
     if request.tools:
         system_parts.append(render_tools(request.tools))
     system_parts.append(_RULES.format(tool_roles=_tool_roles(request.tools)))
     parts = [_message("system", "\n\n".join(system_parts))]
     items = list(request.input)
+    tools = {tool.name: tool for tool in request.tools}
+    calls: dict[str, FunctionCallInput] = {}
     for index, item in enumerate(items):
         following = items[index + 1] if index + 1 < len(items) else None
         previous = items[index - 1] if index > 0 else None
@@ -182,9 +244,13 @@ def render_prompt(request: ModelRequest, *, reminder: str | None = None) -> str:
             # else: it is the thought of the call that follows, rendered inside that call.
         elif isinstance(item, FunctionCallInput):
             thought = previous.text if isinstance(previous, MessageInput) and previous.role == "assistant" else ""
-            parts.append(_message("assistant", _call_text(item, thought)))
+            parts.append(_message("assistant", _call_text(item, thought, tools)))
+            calls[item.call_id] = item
         elif isinstance(item, FunctionCallOutputInput):
-            parts.append(_message("user", f"<tool_response>\n{_clip(item.output)}\n</tool_response>"))
+            call = calls.get(item.call_id)
+            notes = call_notes(call, item.output, items[:index]) if call is not None else []
+            shown = "".join(f"\nNote: {note}" for note in notes)
+            parts.append(_message("user", f"<tool_response>\n{_clip(item.output)}\n</tool_response>{shown}"))
     if reminder:
         parts.append(_message("user", reminder))
     parts.append("<|im_start|>assistant\n")
@@ -210,6 +276,36 @@ def render_commands_in_file_reminder(tool: str, path: str, runner: str | None) -
     )
 
 
+def render_empty_file_reminder(tool: str, path: str, runner: str | None) -> str:
+    """Sends back a call that would save an empty file (seen: a "copy" written as nothing)."""
+    copy = f"To copy a file, run cp with {runner}. " if runner else ""
+    return (
+        f"Your {tool} call was not run: its code block is empty, so {path} would be an empty file. "
+        f"{copy}To write the file, call {tool} again with its complete content; if it really must be "
+        "empty, call it again the same way."
+    )
+
+
+def render_copy_reminder(tool: str, path: str, original: str, runner: str | None) -> str:
+    """Sends back a call that would save, under another file's name, other content."""
+    directory = path.rsplit("/", 1)[0] if "/" in path.strip("/") else ""
+    command = f"mkdir -p {directory} && cp {original} {path}" if directory else f"cp {original} {path}"
+    run = f"run `{command}` with {runner}" if runner else f"run `{command}`"
+    return (
+        f"Your {tool} call was not run: {path} has the name of {original} but not its content. "
+        f"To copy {original}, {run}. If {path} is meant to be a different file, call {tool} again."
+    )
+
+
+def render_unchanged_file_reminder(tool: str, path: str) -> str:
+    """Sends back a call that would save exactly what the file already holds."""
+    return (
+        f"Your {tool} call was not run: {path} already holds exactly this content (you wrote it "
+        "before), so it would change nothing. If a command failed, change the code that caused "
+        "the error; otherwise take the next step of the request."
+    )
+
+
 def render_syntax_reminder(tool: str, path: str, error: str) -> str:
     """Sends back a call that would save a Python file that does not compile, with the error.
 
@@ -219,13 +315,19 @@ def render_syntax_reminder(tool: str, path: str, error: str) -> str:
     return (
         f"Your {tool} call was not run: the content you gave for {path} is not valid Python.\n"
         f"{error}\n"
-        f"Call {tool} again with the complete corrected file. Remember that the content is a JSON "
-        "string: inside a Python string literal, the escape \\n is written \\\\n in the JSON."
+        f"Call {tool} again with the complete corrected file."
     )
 
 
 _EXIT_CODE = re.compile(r"^\s*exit_code: (-?\d+)")
 _QUOTED = re.compile(r"`([^`\n]+)`")
+# "Run python tree.py --max-depth 2 and report ...": what follows the verb up to the
+# next clause. It counts as a command only if its first or second word is a file name or
+# an option (`tree.py`, `./build.sh`, `-q`), so "run it and show me" and "run the tests
+# with pytest" name none.
+_RUN_PHRASE = re.compile(r"\b[Rr]un\s+(.+?)(?=\s+(?:and|then|to)\b|[,;:]|\.(?:\s|$)|$)")
+_FILE_OR_OPTION = re.compile(r"\S*\w\.\w+|--?\w[\w-]*")
+_PYTHON = re.compile(r"\bpython3?\b")
 _WORKSPACE_PATH = re.compile(r"/workspace/[\w.\-/]*[\w\-]")
 _WORKSPACE_PREFIX = "/workspace/"
 
@@ -237,36 +339,50 @@ def _exit_code(output: str) -> int | None:
 
 
 def _plain(text: str) -> str:
-    """Text compared for "was this run / used": no workspace prefix, single spaces."""
-    return " ".join(text.replace(_WORKSPACE_PREFIX, "").split())
+    """Text compared for "was this run / used": no workspace prefix, single spaces, and
+    `python` and `python3` alike (a request says `python`, a Debian sandbox has `python3`)."""
+    return _PYTHON.sub("python", " ".join(text.replace(_WORKSPACE_PREFIX, "").split()))
 
 
-def _unfinished(asked: str, calls: Sequence[tuple[str, str]]) -> list[str]:
+def _named_commands(asked: str) -> list[str]:
+    """The commands a request asks to run: quoted in backticks, or named after "run"."""
+    quoted = [command for command in _QUOTED.findall(asked) if " " in command.strip()]
+    unquoted = _QUOTED.sub("", asked)  # a quoted command is not read twice
+    named = [
+        phrase for phrase in _RUN_PHRASE.findall(unquoted) if any(_FILE_OR_OPTION.fullmatch(w) for w in phrase.split()[:2])
+    ]
+    return list(dict.fromkeys(quoted + named))
+
+
+def _unfinished(asked: str, calls: Sequence[tuple[str, str, list[str]]]) -> list[str]:
     """Parts of the request that the turn's calls visibly have not done yet.
 
-    Read from the request's own words, so no task is assumed: a command it quotes in
-    backticks that no call has run with exit code 0, a /workspace path it names that no
-    call has used, and a last command that failed. `calls` are (arguments, output) pairs.
+    Read from the request's own words, so no task is assumed: a command it names (in
+    backticks, or after "run") that no call has run with exit code 0, a /workspace path it
+    names that no call has used, and a last command that failed. `calls` are (arguments,
+    output, notes) triples; a command with a note (`call_notes`) did not do what it was run for.
     Measured: told only to check, the model answered after a failed run, and without
     ever copying the script to the path it was asked for.
     """
     problems = []
-    succeeded = [_plain(arguments) for arguments, output in calls if _exit_code(output) == 0]
-    for quoted in _QUOTED.findall(asked):
-        command = _plain(quoted)
-        if " " in command and not any(command in ran for ran in succeeded):
-            problems.append(f"`{quoted}` has not run successfully yet")
-    used = [_plain(arguments) for arguments, _ in calls]
+    succeeded = [_plain(arguments) for arguments, output, notes in calls if _exit_code(output) == 0 and not notes]
+    for named in _named_commands(asked):
+        if not any(_plain(named) in ran for ran in succeeded):
+            problems.append(f"`{named}` has not run successfully yet")
+    used = [_plain(arguments) for arguments, _, _ in calls]
     for path in dict.fromkeys(_WORKSPACE_PATH.findall(asked)):
         if path.rstrip("/") != "/workspace" and not any(_plain(path) in text for text in used):
             problems.append(f"no tool call has used {path} yet")
     if calls:
-        last_output = calls[-1][1]
+        _, last_output, last_notes = calls[-1]
         code = _exit_code(last_output)
+        noted = "".join(f" {note}" for note in last_notes)
         if code not in (None, 0):
             lines = [line for line in last_output.splitlines()[1:] if line.strip()]
             error = f": {lines[-1].strip()[:160]}" if lines else ""
-            problems.append(f"your last command failed (exit_code {code}){error}. Fix the cause and run it again")
+            problems.append(f"your last command failed (exit_code {code}){error}.{noted} Fix the cause and run it again")
+        elif last_notes:
+            problems.append(f"your last command did not do what it was run for:{noted} Fix the cause and run it again")
     return problems
 
 
@@ -284,11 +400,12 @@ def check_turn(request: ModelRequest) -> tuple[str, list[str]]:
             start, asked = index, item.text
     outputs = {item.call_id: item.output for item in items if isinstance(item, FunctionCallOutputInput)}
     lines = []
-    calls: list[tuple[str, str]] = []
-    for item in items[start + 1 :]:
+    calls: list[tuple[str, str, list[str]]] = []
+    for index in range(start + 1, len(items)):
+        item = items[index]
         if isinstance(item, FunctionCallInput):
             output = outputs.get(item.call_id, "")
-            calls.append((item.arguments, output))
+            calls.append((item.arguments, output, call_notes(item, output, items[:index])))
             result = next((line for line in output.splitlines() if line.strip()), "no output")
             lines.append(f"- {item.name}({_brief(item.arguments)}) -> {result[:80]}")
     done = "\n".join(lines) or "- none yet"

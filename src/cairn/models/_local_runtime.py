@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import codecs
 import importlib.util
+import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cairn.errors import ModelError
+from cairn.models._local_reply import FENCED_BODY, FENCED_BODY_GBNF
 from cairn.models._local_sampling import install_checked_sampling
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "find_loaded_model",
     "is_llama_cpp_installed",
     "load_model",
+    "reply_gbnf",
 ]
 
 _log = logging.getLogger(__name__)
@@ -155,16 +158,13 @@ class LoadedModel:
         return bytes(self._llama.detokenize([token]))
 
     def _grammar(self, schema_json: str) -> Any:
-        """Compile a JSON schema to a llama.cpp grammar, once per distinct schema."""
-        from llama_cpp.llama_grammar import (  # type: ignore[import-not-found,unused-ignore]
-            LlamaGrammar,
-            json_schema_to_gbnf,
-        )
+        """Compile a reply schema to a llama.cpp grammar, once per distinct schema."""
+        from llama_cpp.llama_grammar import LlamaGrammar  # type: ignore[import-not-found,unused-ignore]
 
         grammar = self._grammars.get(schema_json)
         if grammar is None:
             try:
-                gbnf = json_schema_to_gbnf(schema_json)
+                gbnf = reply_gbnf(json.loads(schema_json))
             except (ValueError, KeyError, TypeError) as exc:
                 raise ModelError(
                     f"The local model cannot constrain its replies to these tools' schemas: {exc}",
@@ -211,6 +211,25 @@ class LoadedModel:
             max_tokens=settings.max_tokens,
             release=self._lock.release,
         )
+
+
+def reply_gbnf(schema: Mapping[str, Any]) -> str:
+    """The grammar for a reply schema (`_local_reply.reply_schema`): one JSON object of one
+    of its branches, followed by a code block when the branch is marked `FENCED_BODY`."""
+    from llama_cpp.llama_grammar import SchemaConverter  # type: ignore[import-not-found,unused-ignore]
+
+    new_converter: Any = SchemaConverter
+    converter = new_converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    branches = list(schema["oneOf"])
+    plain = [branch for branch in branches if FENCED_BODY not in branch]
+    fenced = [{k: v for k, v in branch.items() if k != FENCED_BODY} for branch in branches if FENCED_BODY in branch]
+    alternatives = []
+    if plain:
+        alternatives.append(str(converter.visit(converter.resolve_refs({"oneOf": plain}, "reply"), "reply")))
+    if fenced:
+        call = str(converter.visit(converter.resolve_refs({"oneOf": fenced}, "fenced"), "fenced-call"))
+        alternatives.append(f"{call} fenced-body")
+    return f"{converter.format_grammar()!s}\nroot ::= {' | '.join(alternatives)}\n{FENCED_BODY_GBNF}"
 
 
 def find_loaded_model(path: Path) -> LoadedModel | None:

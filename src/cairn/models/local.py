@@ -6,7 +6,8 @@ and joined into `cache_dir` on first use (`_local_weights`). A model that small 
 to act as an agent, and each kind of help lives in its own module:
 
 - every reply is constrained to one JSON object with one branch per offered tool plus a
-  final answer (`_local_reply`), rendered in a ChatML prompt written for it (`_local_prompt`);
+  final answer, a file's content following as a code block (`_local_reply`), rendered in
+  a ChatML prompt written for it (`_local_prompt`);
 - a call that repeats the turn's previous call, or loops, is regenerated with a reminder,
   and then, if it still repeats, with only the final answer allowed (`_local_guard`);
 - the final answer's text is decoded out of the JSON while it is generated and streamed as
@@ -39,20 +40,33 @@ from cairn.models._local_code_check import (
     is_shell_commands,
     python_syntax_error,
     repair_python_escapes,
+    written_file,
     written_python_file,
 )
-from cairn.models._local_guard import TurnCalls, call_key, intent_key, is_looping, turn_calls
+from cairn.models._local_guard import (
+    TurnCalls,
+    call_key,
+    copied_from,
+    intent_key,
+    is_looping,
+    last_written,
+    turn_calls,
+)
 from cairn.models._local_prompt import (
     check_turn,
     render_commands_in_file_reminder,
+    render_copy_reminder,
+    render_empty_file_reminder,
     render_prompt,
     render_syntax_reminder,
+    render_unchanged_file_reminder,
 )
 from cairn.models._local_reply import (
     FINAL_ANSWER,
     FinalAnswer,
     ReplyParseError,
     ToolCallReply,
+    fenced_argument,
     offered_tools,
     parse_reply,
     reply_schema,
@@ -209,9 +223,8 @@ class LocalModel(Model):
         is_content_sent_back = False
         tools = {tool.name: tool for tool in request.tools}
         usage = Usage()
-        # Terminates: the check happens once, a cut-off reply is retried once, a Python
-        # file that does not compile or shell commands saved as a file are sent back once
-        # (together), and after two repeats (three while
+        # Terminates: the check happens once, a cut-off reply is retried once, one
+        # file-saving call is sent back (`_send_back`), and after two repeats (three while
         # the check sees an undone part) only the answer is allowed: at most seven attempts.
         while True:
             attempt: _Attempt | None = None
@@ -260,23 +273,14 @@ class LocalModel(Model):
                 reminder = _REPEAT_REMINDER + "".join(f"\nNot done yet: {part}." for part in unfinished)
                 allow_tools, may_answer, must_call = repeats < (3 if unfinished else 2), True, False
                 continue
-            if isinstance(reply, ToolCallReply) and not is_content_sent_back and _saves_commands(reply, tools):
-                # The same once-per-step send-back as a broken Python file below (measured:
-                # `mkdir` lines saved as /workspace/demo, a `cp` line saved as the copy).
-                _log.info("local model tried to save shell commands into a file; sending it back")
-                is_content_sent_back = True
-                reminder = render_commands_in_file_reminder(
-                    reply.name, str(reply.arguments.get("path")), _runner_name(request.tools)
-                )
-                continue
-            if isinstance(reply, ToolCallReply) and problem is not None and not is_content_sent_back:
-                # Shown once, before anything is written: re-writing a broken file after
-                # running it, the model tended to repeat the same mistake. A second broken
-                # write goes through, and running it shows the model the error.
-                _log.info("local model wrote Python that does not compile; showing it the error")
-                is_content_sent_back = True
-                reminder = render_syntax_reminder(reply.name, str(reply.arguments.get("path")), problem.describe())
-                continue
+            if isinstance(reply, ToolCallReply) and not is_content_sent_back:
+                # Shown once, before anything is written; a second such call goes through
+                # (running a broken file shows the model the error).
+                sent_back = _send_back(reply, problem, request)
+                if sent_back is not None:
+                    is_content_sent_back = True
+                    reminder = sent_back
+                    continue
             if isinstance(reply, ToolCallReply):
                 call = ToolCall(f"call_{secrets.token_hex(12)}", reply.name, dict(reply.arguments))
                 # The thought goes out only now, once the guard has kept the call: a
@@ -341,8 +345,9 @@ class LocalModel(Model):
             yield _Attempt(FinalAnswer("".join(streamed)), "".join(streamed), usage)
             return
         tool_names = [t.name for t in request.tools] if allow_tools else []
+        fenced = {t.name: argument for t in request.tools if (argument := fenced_argument(t)) is not None}
         try:
-            reply = parse_reply("".join(raw), tool_names)
+            reply = parse_reply("".join(raw), tool_names, fenced)
         except ReplyParseError as exc:
             if is_cut_off:
                 yield _Attempt(None, "", usage, is_cut_off=True)
@@ -384,12 +389,35 @@ def _check_python_write(
     return reply, python_syntax_error(content, path)
 
 
-def _saves_commands(reply: ToolCallReply, tools: dict[str, ToolSpec]) -> bool:
-    tool = tools.get(reply.name)
-    if tool is None or not {"path", "content"} <= set((tool.parameters.get("properties") or {}).keys()):
-        return False
-    path, content = reply.arguments.get("path"), reply.arguments.get("content")
-    return isinstance(path, str) and isinstance(content, str) and is_shell_commands(path, content)
+def _send_back(reply: ToolCallReply, problem: PythonSyntaxProblem | None, request: ModelRequest) -> str | None:
+    """The reminder that sends a file-saving call back without running it, or None to keep it.
+
+    Each case was seen on the tree.py tutorial: shell commands saved as a file's content
+    (`mkdir` lines as /workspace/demo, a `cp` line as the copy), an empty file written as
+    the "copy", the same content written again as the "fix" of a failed run, a "copy"
+    written with other content, and Python that does not compile (re-writing it after
+    running it, the model tended to repeat the same mistake).
+    """
+    written = written_file(next((t for t in request.tools if t.name == reply.name), None), reply.arguments)
+    if written is None:
+        return None
+    path, content = written
+    if is_shell_commands(path, content):
+        _log.info("local model tried to save shell commands into %s; sending it back", path)
+        return render_commands_in_file_reminder(reply.name, path, _runner_name(request.tools))
+    if not content.strip():
+        _log.info("local model tried to save %s empty; sending it back", path)
+        return render_empty_file_reminder(reply.name, path, _runner_name(request.tools))
+    if last_written(request.input, path) == content:
+        _log.info("local model tried to save %s unchanged; sending it back", path)
+        return render_unchanged_file_reminder(reply.name, path)
+    if (original := copied_from(request.input, path, content)) is not None:
+        _log.info("local model tried to save %s as a copy of %s with other content; sending it back", path, original)
+        return render_copy_reminder(reply.name, path, original, _runner_name(request.tools))
+    if problem is not None:
+        _log.info("local model wrote Python that does not compile; showing it the error")
+        return render_syntax_reminder(reply.name, path, problem.describe())
+    return None
 
 
 def _runner_name(tools: Sequence[ToolSpec]) -> str | None:

@@ -17,6 +17,7 @@ import pytest
 
 from cairn.errors import InvalidRequestError, ModelError
 from cairn.models import local as local_module
+from cairn.models._local_reply import ToolCallReply, render_reply
 from cairn.models._local_runtime import Generation, GenerationSettings
 from cairn.models._local_weights import CATALOGUE
 from cairn.models.base import (
@@ -340,7 +341,8 @@ BROKEN = "def main(:\n    pass\n"
 
 
 def _write(path: str, content: str, thought: str = "") -> str:
-    return json.dumps({"thought": thought, "name": "write_file", "arguments": {"path": path, "content": content}})
+    """A file-writing call as the model writes it: the content as a code block after the JSON."""
+    return render_reply(ToolCallReply("write_file", {"path": path, "content": content}, thought), "content")
 
 
 async def test_a_python_file_broken_only_by_json_escapes_is_saved_as_meant(install: Callable[..., LocalModel]) -> None:
@@ -446,3 +448,45 @@ async def test_shell_commands_saved_as_a_file_are_sent_back_once(install: Callab
     _, response = await _collect(install(scripted), _request([MessageInput("user", "go")], [WRITE, shell]))
     assert "is shell commands" in scripted.prompts[1] and "Run commands with shell instead" in scripted.prompts[1]
     assert (response.tool_calls[0].name, response.tool_calls[0].arguments["command"]) == ("shell", copy)
+
+
+SHELL = ToolSpec("shell", "Run.", {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}, "workspace")
+
+
+async def test_an_empty_file_is_sent_back_once_naming_the_copy_command(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_write("outputs/tree.py", "", "Copy it."), _write("outputs/tree.py", "", "Copy it."))
+    _, response = await _collect(install(scripted), _request([MessageInput("user", "go")], [WRITE, SHELL]))
+    assert "its code block is empty" in scripted.prompts[1] and "To copy a file, run cp with shell." in scripted.prompts[1]
+    assert response.tool_calls[0].arguments == {"path": "outputs/tree.py", "content": ""}  # the second goes through
+
+
+async def test_a_file_written_again_unchanged_is_sent_back(install: Callable[..., LocalModel]) -> None:
+    code = "import os\nprint(os.listdir())\n"
+    items: list[InputItem] = [
+        MessageInput("user", "go"),
+        FunctionCallInput("c1", "write_file", json.dumps({"path": "/workspace/tree.py", "content": code})),
+        FunctionCallOutputInput("c1", "wrote 32 bytes"),
+        FunctionCallInput("c2", "shell", '{"command": "python3 tree.py"}'),
+        FunctionCallOutputInput("c2", "exit_code: 1\nTypeError: x\n"),
+    ]
+    fixed = code.replace("listdir()", "listdir('.')")
+    scripted = ScriptedModel(_write("tree.py", code, "Fix it."), _write("tree.py", fixed, "Fix it."))
+    _, response = await _collect(install(scripted), _request(items, [WRITE, SHELL]))
+    assert "tree.py already holds exactly this content" in scripted.prompts[1]
+    assert response.tool_calls[0].arguments["content"] == fixed
+
+
+async def test_a_copy_written_with_other_content_is_sent_back_naming_the_command(install: Callable[..., LocalModel]) -> None:
+    items: list[InputItem] = [
+        MessageInput("user", "Copy tree.py to /workspace/outputs/tree.py."),
+        FunctionCallInput("c1", "write_file", json.dumps({"path": "tree.py", "content": "print(1)\n"})),
+        FunctionCallOutputInput("c1", "wrote 9 bytes"),
+    ]
+    copy = "mkdir -p /workspace/outputs && cp tree.py /workspace/outputs/tree.py"
+    scripted = ScriptedModel(
+        _write("/workspace/outputs/tree.py", '{"name": "final_answer"}\n', "Copy it."),
+        json.dumps({"thought": "Copy it.", "name": "shell", "arguments": {"command": copy}}),
+    )
+    _, response = await _collect(install(scripted), _request(items, [WRITE, SHELL]))
+    assert f"has the name of tree.py but not its content. To copy tree.py, run `{copy}` with shell." in scripted.prompts[1]
+    assert response.tool_calls[0].arguments == {"command": copy}

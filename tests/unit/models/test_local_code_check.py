@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from cairn.models._local_code_check import (
+    ignored_arguments,
     is_shell_commands,
     python_syntax_error,
     repair_python_escapes,
@@ -90,3 +91,13 @@ def test_shell_commands_saved_as_a_file_are_recognized() -> None:
     assert not is_shell_commands("notes.txt", "mkdir is the command that makes folders\nand more")
     assert not is_shell_commands("tree.py", "import os\nprint(os.getcwd())\n")
     assert not is_shell_commands("empty.txt", "")
+
+
+def test_a_script_run_with_arguments_its_source_never_reads_is_found() -> None:
+    sources = {"tree.py": "import os\nshow('.', 2)\n", "cli.py": "import argparse\n", "raw.py": "import sys\nprint(sys.argv)\n"}
+    assert ignored_arguments("/bin/sh -c 'python3 /workspace/tree.py --max-depth 2'", lambda p: sources.get(p.removeprefix("/workspace/"))) == [
+        ("/workspace/tree.py", ["--max-depth", "2"])
+    ]
+    assert ignored_arguments("python tree.py -v && cp tree.py out/", sources.get) == [("tree.py", ["-v"])]
+    for command in ("python3 cli.py --max-depth 2", "python3 raw.py x", "python3 tree.py", "python3 new.py -x", "ls tree.py -l"):
+        assert ignored_arguments(command, sources.get) == [], command

@@ -47,9 +47,17 @@ SHELL = ToolSpec(
 )
 
 
-async def _step(items: list[InputItem]) -> tuple[list[str], ModelResponse]:
+WRITE = ToolSpec(
+    "write_file",
+    "Create or overwrite a text file with the given content.",
+    {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]},
+    "workspace",
+)
+
+
+async def _step(items: list[InputItem], tools: list[ToolSpec] | None = None) -> tuple[list[str], ModelResponse]:
     model = create_local_model("local:qwen2.5-coder-1.5b", CACHE)
-    request = ModelRequest("e2e", "turn", 1, len(items), "local:qwen2.5-coder-1.5b", None, items, [SHELL])
+    request = ModelRequest("e2e", "turn", 1, len(items), "local:qwen2.5-coder-1.5b", None, items, tools or [SHELL])
     deltas: list[str] = []
     response = None
     async for event in model.stream(request):
@@ -79,3 +87,13 @@ async def test_calls_a_tool_then_streams_an_answer_from_its_output() -> None:
     assert len(deltas) > 1, "the answer streams in pieces"
     assert "".join(deltas) == second.text
     assert second.text is not None and "cairn-e2e-ok" in second.text
+
+
+async def test_writes_a_files_content_as_the_code_block_after_the_call() -> None:
+    items: list[InputItem] = [MessageInput("user", "Create hello.py, a Python script that prints hello.")]
+    _, response = await _step(items, [SHELL, WRITE])
+    [call] = response.tool_calls
+    assert call.name == "write_file" and call.arguments["path"].endswith("hello.py")
+    content = call.arguments["content"]
+    assert "print(" in content and "hello" in content
+    compile(content, "hello.py", "exec")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from cairn.models import _local_guard as _guard
@@ -115,3 +116,30 @@ def test_ordinary_code_is_not_looping() -> None:
 
 def test_counting_up_is_looping() -> None:
     assert is_looping("".join(f"    demo/folder{i}\n" for i in range(1, 40)))
+
+
+def test_the_last_content_written_to_a_path_is_found_however_the_path_is_spelled() -> None:
+    def write(n: int, path: str, content: str) -> FunctionCallInput:
+        return FunctionCallInput(f"w{n}", "write_file", json.dumps({"path": path, "content": content}))
+
+    items: list[InputItem] = [
+        MessageInput("user", "go"),
+        write(1, "tree.py", "one"),
+        write(2, "/workspace/other.py", "other"),
+        write(3, "/workspace/tree.py", "two"),
+        FunctionCallInput("c4", "exec_command", '{"cmd": "cat tree.py"}'),
+    ]
+    assert _guard.last_written(items, "./tree.py") == "two"
+    assert _guard.last_written(items, "/workspace/other.py") == "other"
+    assert _guard.last_written(items, "new.py") is None
+
+
+def test_a_file_saved_under_another_files_name_with_other_content_looks_like_a_failed_copy() -> None:
+    items: list[InputItem] = [
+        MessageInput("user", "go"),
+        FunctionCallInput("w1", "write_file", json.dumps({"path": "/workspace/tree.py", "content": "new"})),
+    ]
+    assert _guard.copied_from(items, "outputs/tree.py", "old") == "/workspace/tree.py"
+    assert _guard.copied_from(items, "outputs/tree.py", "new") is None  # a faithful copy
+    assert _guard.copied_from(items, "tree.py", "newer") is None  # the same file, rewritten
+    assert _guard.copied_from(items, "outputs/other.py", "old") is None

@@ -159,23 +159,42 @@ def test_the_rules_name_the_tool_that_runs_commands_and_the_one_that_writes_file
 def test_without_both_kinds_of_tool_the_rule_stays_general() -> None:
     prompt = render_prompt(_request([MessageInput("user", "x")]))  # exec_command only
     assert "A file's content is never a list of commands to run" in prompt
-    assert "File content is a JSON string" not in prompt  # no tool writes files
+    assert "as a code block" not in prompt  # no tool writes files
 
 
-def test_the_escape_rule_shows_a_line_of_python_exactly_as_json_encodes_it() -> None:
-    write = ToolSpec("write_file", "Write.", {"type": "object", "properties": {"path": {}, "content": {}}}, "workspace")
-    request = ModelRequest("s", "t", 1, 0, "local:x", None, [MessageInput("user", "x")], [write])
-    rule = next(line for line in render_prompt(request).splitlines() if "File content is a JSON string" in line)
-    python_line, as_json = rule.split("So the Python line ")[1].split(" is written ")
-    assert json.loads('"' + as_json.removesuffix(" in the JSON.") + '"') == python_line
-    assert python_line == 'print("a\\nb")'
+WRITE = ToolSpec(
+    "write_file",
+    "Write.",
+    {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]},
+    "workspace",
+)
 
 
-def test_the_syntax_reminder_quotes_the_error_and_the_escape() -> None:
+def test_a_file_writers_content_is_described_as_the_code_block_after_the_call() -> None:
+    request = ModelRequest("s", "t", 1, 0, "local:x", None, [MessageInput("user", "x")], [WRITE])
+    prompt = render_prompt(request)
+    assert "\nA write_file call gives the file's complete content after the JSON object, as a code block.\n" in prompt
+    assert "- path (string, required)\n- content: the code block after the JSON object" in prompt
+    assert "```" not in prompt  # no example program (see _FENCED_FORMAT)
+
+
+def test_a_written_file_comes_back_as_a_code_block_after_its_call() -> None:
+    items: list[InputItem] = [
+        MessageInput("user", "x"),
+        MessageInput("assistant", "Write it."),
+        FunctionCallInput("c1", "write_file", json.dumps({"path": "t.py", "content": 'print("a\\nb")\n'})),
+        FunctionCallOutputInput("c1", "wrote 15 bytes"),
+    ]
+    prompt = render_prompt(ModelRequest("s", "t", 1, 1, "local:x", None, items, [WRITE]))
+    call = '{"thought": "Write it.", "name": "write_file", "arguments": {"path": "t.py"}}\n```python\nprint("a\\nb")\n```'
+    assert f"<|im_start|>assistant\n{call}<|im_end|>" in prompt
+
+
+def test_the_syntax_reminder_quotes_the_error() -> None:
     text = render_syntax_reminder("write_file", "tree.py", "SyntaxError on line 3: unterminated string literal")
     assert "Your write_file call was not run" in text and "tree.py" in text
     assert "SyntaxError on line 3" in text
-    assert "the escape \\n is written \\\\n in the JSON" in text
+    assert text.endswith("Call write_file again with the complete corrected file.")
 
 
 def _turn(asked: str, *calls: tuple[str, str, str]) -> ModelRequest:
@@ -215,3 +234,39 @@ def test_the_check_reminder_names_nothing_when_the_calls_did_it_all() -> None:
 def test_a_quoted_word_is_not_taken_for_a_command() -> None:
     reminder = render_check_reminder(_turn("Print it like the `tree` command.", ("shell", '{"command": "ls"}', "exit_code: 0\n")))
     assert "Not done yet" not in reminder
+
+
+def test_a_command_named_after_run_counts_and_python_is_python3() -> None:
+    asked = "Add a --max-depth option to tree.py. Run python tree.py --max-depth 2 and report the actual output."
+    not_run = render_check_reminder(_turn(asked, ("shell", '{"command": "python3 tree.py"}', "exit_code: 0\n.\n")))
+    assert "Not done yet: `python tree.py --max-depth 2` has not run successfully yet." in not_run
+    ran = render_check_reminder(
+        _turn(asked, ("shell", '{"command": "python3 /workspace/tree.py --max-depth 2"}', "exit_code: 0\n.\n"))
+    )
+    assert "Not done yet" not in ran
+
+
+def test_words_after_run_are_a_command_only_if_they_name_a_file_or_an_option() -> None:
+    asked = "Create it. Run it and show me the output. Run the tests with pytest, then stop."
+    assert "Not done yet" not in render_check_reminder(_turn(asked, ("shell", '{"command": "ls"}', "exit_code: 0\n")))
+
+
+def test_a_program_missing_under_its_usual_other_name_gets_a_note() -> None:
+    prompt = render_prompt(_turn("go", ("shell", '{"command": "python tree.py"}', "exit_code: 127\n/bin/sh: 1: python: not found\n")))
+    assert "</tool_response>\nNote: There is no python command here: use python3.<|im_end|>" in prompt
+    other = render_prompt(_turn("go", ("shell", '{"command": "tree"}', "exit_code: 127\n/bin/sh: 1: tree: not found\n")))
+    assert "Note:" not in other
+
+
+def test_a_script_that_ignored_its_arguments_gets_a_note_and_its_run_does_not_count() -> None:
+    asked = "Add a --max-depth option to tree.py. Run python tree.py --max-depth 2 and report the actual output."
+    request = _turn(
+        asked,
+        ("write_file", json.dumps({"path": "tree.py", "content": "import os\nshow('.', 2)\n"}), "wrote 24 bytes"),
+        ("shell", '{"command": "python3 tree.py --max-depth 2"}', "exit_code: 0\n.\n"),
+    )
+    note = "tree.py never reads its command-line arguments (it uses neither sys.argv nor argparse), so --max-depth 2 changed nothing."
+    assert f"</tool_response>\nNote: {note}<|im_end|>" in render_prompt(request)
+    reminder = render_check_reminder(request)
+    assert "Not done yet: `python tree.py --max-depth 2` has not run successfully yet." in reminder
+    assert f"Not done yet: your last command did not do what it was run for: {note} Fix the cause" in reminder

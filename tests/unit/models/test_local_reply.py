@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 
 from cairn.models._local_reply import (
+    FENCED_BODY,
     FINAL_ANSWER,
     FinalAnswer,
     ReplyParseError,
     ToolCallReply,
+    fenced_argument,
     parse_reply,
     render_reply,
     reply_schema,
@@ -35,6 +37,7 @@ WRITE = ToolSpec(
     kind="workspace",
 )
 NAMES = ["exec_command", "write_file"]
+FENCED = {"write_file": "content"}
 
 
 def _branch_names(schema: dict[str, Any]) -> list[str]:
@@ -187,3 +190,32 @@ def test_without_the_answer_only_the_tools_remain() -> None:
     # With no tool to call, the answer stays: a reply must always be possible.
     only = reply_schema([tool], allow_tools=False, allow_answer=False)["oneOf"]
     assert [b["properties"]["name"]["const"] for b in only] == ["final_answer"]
+
+
+def test_a_file_writers_content_is_left_out_of_its_json_and_marked_as_the_code_block() -> None:
+    [write, _] = reply_schema([WRITE])["oneOf"]
+    arguments = write["properties"]["arguments"]
+    assert list(arguments["properties"]) == ["path"] and arguments["required"] == ["path"]
+    assert write[FENCED_BODY] == "content"
+    assert FENCED_BODY not in reply_schema([EXEC])["oneOf"][0]
+    assert fenced_argument(WRITE) == "content" and fenced_argument(EXEC) is None
+
+
+def test_a_file_writers_content_is_read_from_the_code_block_after_the_call() -> None:
+    raw = '{"thought": "Write it.", "name": "write_file", "arguments": {"path": "t.py"}}\n```python\nprint("a\\nb")\n\n```\n'
+    assert parse_reply(raw, NAMES, FENCED) == ToolCallReply("write_file", {"path": "t.py", "content": 'print("a\\nb")\n\n'}, "Write it.")
+    empty = '{"thought": "", "name": "write_file", "arguments": {"path": "e.txt"}}```\n```'
+    assert parse_reply(empty, NAMES, FENCED).arguments["content"] == ""
+
+
+def test_a_file_writers_call_without_a_closed_code_block_is_refused() -> None:
+    with pytest.raises(ReplyParseError, match="no complete code block"):
+        parse_reply('{"name": "write_file", "arguments": {"path": "t.py"}}\n```python\nprint(1)\n', NAMES, FENCED)
+
+
+@pytest.mark.parametrize("content", ["import os\n\nprint(os.sep)\n", "", 'x = "```"\n'])
+def test_a_file_writers_call_round_trips_through_its_code_block(content: str) -> None:
+    reply = ToolCallReply("write_file", {"path": "t.py", "content": content}, "Write it.")
+    rendered = render_reply(reply, "content")
+    assert rendered.split("\n", 1)[1].startswith("```python\n")
+    assert parse_reply(rendered, NAMES, FENCED) == reply
