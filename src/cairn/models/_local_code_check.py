@@ -1,19 +1,11 @@
-"""Checks Python files the local model writes, and undoes its one systematic escaping slip.
+"""Checks the files the local model writes and the commands it runs them with.
 
-The model writes a file as a JSON string. Inside that string, a Python string literal
-such as `"a\\nb"` needs its backslash doubled (`\\\\n` in JSON); the 1.5B model usually
-writes JSON `\\n` instead, which decodes to a real line break in the middle of the literal.
-The file is then a `SyntaxError` ("unterminated string literal"), and asked to fix it, the
-model writes the same text again (measured on the tree.py tutorial: issue 6, docs/local-model.md).
-
-What the model meant is unambiguous: the two characters backslash and `n`. So when, and
-only when, a `.py` file's content does not compile *because* a string literal is
-unterminated, `repair_python_escapes` puts those two characters back for every line
-break that sits inside a single-quoted string literal, and the repair is used only if
-the result compiles. Anything else is left to the model: `python_syntax_error` describes
-the error so the provider can show it before the file is written.
-
-Compiling never runs the code: `compile()` only parses and builds bytecode.
+A `.py` file it saves is compiled first (`python_syntax_error`; compiling only parses and
+builds bytecode, it never runs the code), so the provider can show it the error before
+the file is written. A file holding nothing but shell commands was meant to be run, not
+saved (`is_shell_commands`). And a Python script run with arguments that its source never
+reads did not do what it was run for, though it exits 0 (`ignored_arguments`). Each was
+measured on the tree.py tutorial (issue 6, docs/local-model.md).
 """
 
 from __future__ import annotations
@@ -31,18 +23,14 @@ __all__ = [
     "PythonSyntaxProblem",
     "ignored_arguments",
     "is_shell_commands",
+    "is_python_file",
     "python_syntax_error",
-    "repair_python_escapes",
     "written_file",
-    "written_python_file",
 ]
 
 _log = logging.getLogger(__name__)
 
 _PYTHON_SUFFIXES = (".py", ".pyw")
-# CPython >= 3.10 says "unterminated string literal" / "unterminated f-string literal";
-# older versions said "EOL while scanning string literal".
-_UNTERMINATED = re.compile(r"unterminated (?:[a-z]+-)?string literal|EOL while scanning string literal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +40,6 @@ class PythonSyntaxProblem:
     message: str
     line_number: int | None
     line: str
-
-    @property
-    def is_unterminated_string(self) -> bool:
-        return bool(_UNTERMINATED.search(self.message))
 
     def describe(self) -> str:
         where = f" on line {self.line_number}" if self.line_number else ""
@@ -79,12 +63,8 @@ def written_file(tool: ToolSpec | None, arguments: Mapping[str, Any]) -> tuple[s
     return path, content
 
 
-def written_python_file(tool: ToolSpec | None, arguments: Mapping[str, Any]) -> tuple[str, str] | None:
-    """`(path, content)` when this call saves a Python file (a path ending in `.py`)."""
-    written = written_file(tool, arguments)
-    if written is None or not written[0].strip().lower().endswith(_PYTHON_SUFFIXES):
-        return None
-    return written
+def is_python_file(path: str) -> bool:
+    return path.strip().lower().endswith(_PYTHON_SUFFIXES)
 
 
 # Commands the model was seen writing into files instead of running them (mkdir lines as
@@ -126,70 +106,6 @@ def python_syntax_error(source: str, filename: str = "<file>") -> PythonSyntaxPr
         _log.warning("local model: could not check %s for syntax errors (%s); treating it as valid", filename, exc)
         return None
     return None
-
-
-def _escape_line_breaks_in_literals(source: str) -> str | None:
-    """`source` with every line break inside a one-line string literal written as an escape.
-
-    A small tokenizer for exactly this purpose: it knows comments, triple
-    quotes (where line breaks are legal and kept) and backslash escapes (a backslash right
-    before a line break is a legal continuation and is kept). Returns None when there was
-    nothing to change.
-    """
-    out: list[str] = []
-    changed = False
-    i, n = 0, len(source)
-    while i < n:
-        ch = source[i]
-        if ch == "#":
-            end = source.find("\n", i)
-            end = n if end < 0 else end
-            out.append(source[i:end])
-            i = end
-            continue
-        if ch not in "'\"":
-            out.append(ch)
-            i += 1
-            continue
-        triple = source[i : i + 3] == ch * 3
-        quote = ch * 3 if triple else ch
-        out.append(quote)
-        i += len(quote)
-        while i < n:
-            c = source[i]
-            if c == "\\" and i + 1 < n:
-                out.append(source[i : i + 2])
-                i += 2
-                continue
-            if source.startswith(quote, i):
-                out.append(quote)
-                i += len(quote)
-                break
-            if not triple and c in "\r\n":
-                # What the model meant: the escape it wrote in JSON, not a line break.
-                out.append("\\n" if c == "\n" else "\\r")
-                changed = True
-            else:
-                out.append(c)
-            i += 1
-    return "".join(out) if changed else None
-
-
-def repair_python_escapes(source: str, filename: str = "<file>") -> str | None:
-    """The source the model meant, if its only slip was JSON escapes in string literals.
-
-    Returns None (use the source as written) unless all of these hold: the source does not
-    compile, the compiler's complaint is an unterminated string literal, and the source
-    with the line breaks inside one-line string literals escaped compiles.
-    """
-    problem = python_syntax_error(source, filename)
-    if problem is None or not problem.is_unterminated_string:
-        return None
-    repaired = _escape_line_breaks_in_literals(source)
-    if repaired is None or python_syntax_error(repaired, filename) is not None:
-        return None
-    return repaired
-
 
 
 # How a Python program reads its command line; a file with none of these ignores it.

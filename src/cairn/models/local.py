@@ -35,14 +35,7 @@ import anyio
 from cairn._concurrency import run_sync
 from cairn.errors import InvalidRequestError, ModelError
 from cairn.models._local_answer_stream import AnswerStream
-from cairn.models._local_code_check import (
-    PythonSyntaxProblem,
-    is_shell_commands,
-    python_syntax_error,
-    repair_python_escapes,
-    written_file,
-    written_python_file,
-)
+from cairn.models._local_code_check import is_python_file, is_shell_commands, python_syntax_error, written_file
 from cairn.models._local_guard import (
     TurnCalls,
     call_key,
@@ -221,7 +214,6 @@ class LocalModel(Model):
         must_call = False
         repeats = cut_offs = 0
         is_content_sent_back = False
-        tools = {tool.name: tool for tool in request.tools}
         usage = Usage()
         # Terminates: the check happens once, a cut-off reply is retried once, one
         # file-saving call is sent back (`_send_back`), and after two repeats (three while
@@ -259,9 +251,6 @@ class LocalModel(Model):
                 reminder, unfinished = check_turn(request)
                 may_answer, must_call = True, bool(unfinished)
                 continue
-            problem: PythonSyntaxProblem | None = None
-            if isinstance(reply, ToolCallReply):
-                reply, problem = _check_python_write(reply, tools)
             if isinstance(reply, ToolCallReply) and _is_repeat(calls, reply):
                 _log.info("local model repeated %s; asking again", reply.name)
                 repeats += 1
@@ -276,7 +265,7 @@ class LocalModel(Model):
             if isinstance(reply, ToolCallReply) and not is_content_sent_back:
                 # Shown once, before anything is written; a second such call goes through
                 # (running a broken file shows the model the error).
-                sent_back = _send_back(reply, problem, request)
+                sent_back = _send_back(reply, request)
                 if sent_back is not None:
                     is_content_sent_back = True
                     reminder = sent_back
@@ -372,24 +361,7 @@ def _settings_for(base: GenerationSettings, request: ModelRequest, reminder: str
     )
 
 
-def _check_python_write(
-    reply: ToolCallReply, tools: dict[str, ToolSpec]
-) -> tuple[ToolCallReply, PythonSyntaxProblem | None]:
-    """A call that saves a Python file: its escapes repaired if that makes it compile, or
-    the reason it does not compile. Any other call comes back unchanged."""
-    written = written_python_file(tools.get(reply.name), reply.arguments)
-    if written is None:
-        return reply, None
-    path, content = written
-    repaired = repair_python_escapes(content, path)
-    if repaired is not None:
-        _log.info("local model: re-escaped line breaks inside string literals of %s", path)
-        arguments = {**reply.arguments, "content": repaired}
-        return ToolCallReply(reply.name, arguments, reply.thought), None
-    return reply, python_syntax_error(content, path)
-
-
-def _send_back(reply: ToolCallReply, problem: PythonSyntaxProblem | None, request: ModelRequest) -> str | None:
+def _send_back(reply: ToolCallReply, request: ModelRequest) -> str | None:
     """The reminder that sends a file-saving call back without running it, or None to keep it.
 
     Each case was seen on the tree.py tutorial: shell commands saved as a file's content
@@ -414,7 +386,7 @@ def _send_back(reply: ToolCallReply, problem: PythonSyntaxProblem | None, reques
     if (original := copied_from(request.input, path, content)) is not None:
         _log.info("local model tried to save %s as a copy of %s with other content; sending it back", path, original)
         return render_copy_reminder(reply.name, path, original, _runner_name(request.tools))
-    if problem is not None:
+    if is_python_file(path) and (problem := python_syntax_error(content, path)) is not None:
         _log.info("local model wrote Python that does not compile; showing it the error")
         return render_syntax_reminder(reply.name, path, problem.describe())
     return None

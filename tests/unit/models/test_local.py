@@ -335,28 +335,12 @@ WRITE = ToolSpec(
     },
     "workspace",
 )
-# What the model writes for `print("a\nb")`: JSON `\n` where the file needs backslash-n.
-SLIPPED = 'import sys\nprint("a\nb")\n'
 BROKEN = "def main(:\n    pass\n"
 
 
 def _write(path: str, content: str, thought: str = "") -> str:
     """A file-writing call as the model writes it: the content as a code block after the JSON."""
     return render_reply(ToolCallReply("write_file", {"path": path, "content": content}, thought), "content")
-
-
-async def test_a_python_file_broken_only_by_json_escapes_is_saved_as_meant(install: Callable[..., LocalModel]) -> None:
-    scripted = ScriptedModel(_write("/workspace/tree.py", SLIPPED, "Write it."))
-    _, response = await _collect(install(scripted), _request([MessageInput("user", "go")], [WRITE, EXEC]))
-    [call] = response.tool_calls
-    assert call.arguments["content"] == 'import sys\nprint("a\\nb")\n'
-    assert len(scripted.prompts) == 1  # repaired without asking the model again
-
-
-async def test_the_same_slip_in_another_kind_of_file_is_left_alone(install: Callable[..., LocalModel]) -> None:
-    scripted = ScriptedModel(_write("notes.md", SLIPPED))
-    _, response = await _collect(install(scripted), _request([MessageInput("user", "go")], [WRITE, EXEC]))
-    assert response.tool_calls[0].arguments["content"] == SLIPPED
 
 
 async def test_python_that_does_not_compile_is_sent_back_once_with_the_error(install: Callable[..., LocalModel]) -> None:
