@@ -380,7 +380,9 @@ def _send_back(reply: ToolCallReply, request: ModelRequest) -> str | None:
     if not content.strip():
         _log.info("local model tried to save %s empty; sending it back", path)
         return render_empty_file_reminder(reply.name, path, _runner_name(request.tools))
-    if last_written(request.input, path) == content:
+    # Only while something is visibly undone: with nothing left, the model rewrote its file
+    # as a way of finishing, and once sent back, it answered with the reminder's words.
+    if last_written(request.input, path) == content and check_turn(request)[1]:
         _log.info("local model tried to save %s unchanged; sending it back", path)
         return render_unchanged_file_reminder(reply.name, path)
     if (original := copied_from(request.input, path, content)) is not None:

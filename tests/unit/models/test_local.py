@@ -474,3 +474,17 @@ async def test_a_copy_written_with_other_content_is_sent_back_naming_the_command
     _, response = await _collect(install(scripted), _request(items, [WRITE, SHELL]))
     assert f"has the name of tree.py but not its content. To copy tree.py, run `{copy}` with shell." in scripted.prompts[1]
     assert response.tool_calls[0].arguments == {"command": copy}
+
+
+async def test_a_file_written_again_unchanged_with_nothing_undone_goes_through(install: Callable[..., LocalModel]) -> None:
+    code = "print(1)\n"
+    items: list[InputItem] = [
+        MessageInput("user", "go"),
+        FunctionCallInput("c1", "write_file", json.dumps({"path": "tree.py", "content": code})),
+        FunctionCallOutputInput("c1", "wrote 9 bytes"),
+        FunctionCallInput("c2", "shell", '{"command": "python3 tree.py"}'),
+        FunctionCallOutputInput("c2", "exit_code: 0\n1\n"),
+    ]
+    scripted = ScriptedModel(_write("tree.py", code, "Write it again."))
+    _, response = await _collect(install(scripted), _request(items, [WRITE, SHELL]))
+    assert response.tool_calls[0].arguments["content"] == code and len(scripted.prompts) == 1
