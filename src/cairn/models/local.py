@@ -380,11 +380,13 @@ def _send_back(reply: ToolCallReply, request: ModelRequest) -> str | None:
     if not content.strip():
         _log.info("local model tried to save %s empty; sending it back", path)
         return render_empty_file_reminder(reply.name, path, _runner_name(request.tools))
-    # Only while something is visibly undone: with nothing left, the model rewrote its file
-    # as a way of finishing, and once sent back, it answered with the reminder's words.
-    if last_written(request.input, path) == content and check_turn(request)[1]:
+    # Only while something is visibly undone, and naming it (measured: told only that the
+    # file was unchanged, the model wrote it unchanged again); with nothing left, the model
+    # rewrote its file as a way of finishing, and once sent back, it answered with the
+    # reminder's words.
+    if last_written(request.input, path) == content and (unfinished := check_turn(request)[1]):
         _log.info("local model tried to save %s unchanged; sending it back", path)
-        return render_unchanged_file_reminder(reply.name, path)
+        return render_unchanged_file_reminder(reply.name, path) + "".join(f"\nNot done yet: {part}." for part in unfinished)
     if (original := copied_from(request.input, path, content)) is not None:
         _log.info("local model tried to save %s as a copy of %s with other content; sending it back", path, original)
         return render_copy_reminder(reply.name, path, original, _runner_name(request.tools))

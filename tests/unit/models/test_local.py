@@ -457,6 +457,7 @@ async def test_a_file_written_again_unchanged_is_sent_back(install: Callable[...
     scripted = ScriptedModel(_write("tree.py", code, "Fix it."), _write("tree.py", fixed, "Fix it."))
     _, response = await _collect(install(scripted), _request(items, [WRITE, SHELL]))
     assert "tree.py already holds exactly this content" in scripted.prompts[1]
+    assert "\nNot done yet: your last command failed (exit_code 1): TypeError: x." in scripted.prompts[1]
     assert response.tool_calls[0].arguments["content"] == fixed
 
 
