@@ -444,15 +444,20 @@ async def test_an_empty_file_is_sent_back_once_naming_the_copy_command(install: 
     assert response.tool_calls[0].arguments == {"path": "outputs/tree.py", "content": ""}  # the second goes through
 
 
+def _written_then_run(path: str, code: str, run_output: str) -> list[InputItem]:
+    """A turn that saved `code` at `path` and then ran `python3 tree.py`."""
+    return [
+        MessageInput("user", "go"),
+        FunctionCallInput("c1", "write_file", json.dumps({"path": path, "content": code})),
+        FunctionCallOutputInput("c1", f"wrote {len(code)} bytes"),
+        FunctionCallInput("c2", "shell", '{"command": "python3 tree.py"}'),
+        FunctionCallOutputInput("c2", run_output),
+    ]
+
+
 async def test_a_file_written_again_unchanged_is_sent_back(install: Callable[..., LocalModel]) -> None:
     code = "import os\nprint(os.listdir())\n"
-    items: list[InputItem] = [
-        MessageInput("user", "go"),
-        FunctionCallInput("c1", "write_file", json.dumps({"path": "/workspace/tree.py", "content": code})),
-        FunctionCallOutputInput("c1", "wrote 32 bytes"),
-        FunctionCallInput("c2", "shell", '{"command": "python3 tree.py"}'),
-        FunctionCallOutputInput("c2", "exit_code: 1\nTypeError: x\n"),
-    ]
+    items = _written_then_run("/workspace/tree.py", code, "exit_code: 1\nTypeError: x\n")
     fixed = code.replace("listdir()", "listdir('.')")
     scripted = ScriptedModel(_write("tree.py", code, "Fix it."), _write("tree.py", fixed, "Fix it."))
     _, response = await _collect(install(scripted), _request(items, [WRITE, SHELL]))
@@ -479,13 +484,7 @@ async def test_a_copy_written_with_other_content_is_sent_back_naming_the_command
 
 async def test_a_file_written_again_unchanged_with_nothing_undone_goes_through(install: Callable[..., LocalModel]) -> None:
     code = "print(1)\n"
-    items: list[InputItem] = [
-        MessageInput("user", "go"),
-        FunctionCallInput("c1", "write_file", json.dumps({"path": "tree.py", "content": code})),
-        FunctionCallOutputInput("c1", "wrote 9 bytes"),
-        FunctionCallInput("c2", "shell", '{"command": "python3 tree.py"}'),
-        FunctionCallOutputInput("c2", "exit_code: 0\n1\n"),
-    ]
+    items = _written_then_run("tree.py", code, "exit_code: 0\n1\n")
     scripted = ScriptedModel(_write("tree.py", code, "Write it again."))
     _, response = await _collect(install(scripted), _request(items, [WRITE, SHELL]))
     assert response.tool_calls[0].arguments["content"] == code and len(scripted.prompts) == 1
