@@ -169,7 +169,7 @@ def _demo(args: argparse.Namespace) -> None:
     data_dir = Path(args.data_dir) if args.data_dir else None
     result = run_demo(model=args.model, output_dir=Path(args.output_dir), data_dir=data_dir)
     if not result.succeeded:
-        raise CairnError(f"the demo did not complete: turns {', '.join(result.turn_statuses)}", code="demo_failed")
+        raise CairnError(f"the demo failed: {result.failure}", code="demo_failed")
 
 
 def _doctor(settings: Settings) -> None:

@@ -140,10 +140,19 @@ class DemoResult:
     artifact_problem: str = ""
 
     @property
+    def failure(self) -> str:
+        """Why the demo failed, for the one-line error; "" when it succeeded."""
+        if self.turn_statuses != ("completed", "completed"):
+            return f"turns {', '.join(self.turn_statuses)}"
+        if self.artifact is None:
+            return "both turns completed, but no artifact was published"
+        if self.artifact_problem:
+            return f"the published tree.py does not work: {self.artifact_problem}"
+        return ""
+
+    @property
     def succeeded(self) -> bool:
-        return (
-            self.turn_statuses == ("completed", "completed") and self.artifact is not None and not self.artifact_problem
-        )
+        return not self.failure
 
 
 # The check runs the delivered script as the tutorial's reader does: `python3 tree.py` in
