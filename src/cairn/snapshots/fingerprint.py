@@ -19,7 +19,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from cairn.snapshots._content import hash_stored_content, stored_length
 from cairn.snapshots.exclusions import Exclusions
@@ -30,6 +30,7 @@ from cairn.snapshots.stat_cache import StatCache
 __all__ = [
     "FINGERPRINT_VERSION",
     "FingerprintedEntry",
+    "LiveFingerprint",
     "compute_fingerprint",
     "environment_manifest_digest",
     "fingerprint_workspace",
@@ -101,13 +102,18 @@ def compute_fingerprint(entries: Iterable[FingerprintedEntry], root: RootMeta, m
     return hashlib.sha256(_encode(document).encode()).hexdigest()
 
 
+class LiveFingerprint(NamedTuple):
+    fingerprint: str
+    stat_cache: StatCache
+    """Refreshed: the next full check hashes nothing that stayed unchanged."""
+    stat_listing: str | None
+    """The scan's listing digest: the next check can recognise this tree from a stat walk."""
+
+
 def fingerprint_workspace(
     workspace: Path, exclusions: Exclusions, stat_cache: StatCache, manifest_digest: str
-) -> tuple[str, StatCache]:
-    """The live workspace's fingerprint, hashing only files the stat cache cannot vouch for.
-
-    Returns the refreshed stat cache too, so the next check is a pure stat walk.
-    """
+) -> LiveFingerprint:
+    """The live workspace's fingerprint, hashing only files the stat cache cannot vouch for."""
     scan = scan_workspace(workspace, exclusions, stat_cache)
     root = str(workspace)
     for entry in scan.entries:
@@ -119,4 +125,4 @@ def fingerprint_workspace(
         if entry.stat_key is not None and entry.digest is not None
     ]
     refreshed = StatCache.from_observations(observations, scan_started_ns=scan.started_ns)
-    return compute_fingerprint(scan.entries, scan.root, manifest_digest), refreshed
+    return LiveFingerprint(compute_fingerprint(scan.entries, scan.root, manifest_digest), refreshed, scan.stat_listing)

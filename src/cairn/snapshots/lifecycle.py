@@ -4,7 +4,9 @@ One `WorkspaceLifecycle` per session sandbox. Each verb does one thing (style §
 
 - `start()` picks exactly one branch and reports which:
   *reused*   the live workspace's fingerprint equals the snapshot's, for the same fingerprint
-             version and environment manifest digest: nothing is written;
+             version and environment manifest digest: nothing is written. When a stat walk
+             finds exactly the tree the cached fingerprint was computed from (`stat_listing`),
+             that fingerprint is the live one and nothing else is computed;
   *restored* otherwise, when the store has a snapshot: the workspace is rebuilt from it
              (excluded paths stay), or `RestoreIncompleteError` leaves it as it was;
   *fresh*    when the store has nothing restorable: the directory is created and the
@@ -38,11 +40,12 @@ from cairn.snapshots import workspace_state
 from cairn.snapshots.base import SnapshotStore
 from cairn.snapshots.errors import LifecycleStateError, PersistFailedError
 from cairn.snapshots.exclusions import Exclusions
-from cairn.snapshots.fingerprint import FINGERPRINT_VERSION, fingerprint_workspace
+from cairn.snapshots.fingerprint import FINGERPRINT_VERSION, LiveFingerprint, fingerprint_workspace
 from cairn.snapshots.ids import SnapshotId, SnapshotScope
 from cairn.snapshots.models import SnapshotInfo
 from cairn.snapshots.persist import PersistRequest, Progress
 from cairn.snapshots.stat_cache import StatCache
+from cairn.snapshots.stat_listing import list_workspace
 
 __all__ = [
     "LifecycleState",
@@ -174,31 +177,38 @@ class WorkspaceLifecycle:
         try:
             # One worker-thread hop for the cache file and the whole live fingerprint: on a busy
             # host each hop costs milliseconds.
-            cached, fingerprinted = await run_sync(self._live_fingerprint)
+            cached, live = await run_sync(self._live_fingerprint, target)
         except (CairnError, OSError) as error:
             logger.warning(
                 "session %s: live fingerprint failed (%s); restoring instead of reusing", self.scope.session_id, error
             )
             return False
         self._adopt(cached)
-        if fingerprinted is None:
+        if live is None or live.fingerprint != target.fingerprint:
             return False
-        live, refreshed = fingerprinted
-        if live != target.fingerprint:
-            return False
-        await self._remember(target, refreshed)
+        await self._remember(target, live.stat_cache, live.stat_listing)
         return True
 
     def _live_fingerprint(
-        self,
-    ) -> tuple[workspace_state.CachedFingerprint | None, tuple[str, StatCache] | None]:
+        self, target: SnapshotInfo
+    ) -> tuple[workspace_state.CachedFingerprint | None, LiveFingerprint | None]:
         cached = workspace_state.load_best_effort(self.state_path)
         if not self.workspace.is_dir():
             return cached, None
+        if cached is not None and self._listed_unchanged(cached, target):
+            return cached, LiveFingerprint(cached.fingerprint, cached.stat_cache, cached.stat_listing)
         stat_cache = cached.stat_cache if cached is not None else self._stat_cache
         return cached, fingerprint_workspace(self.workspace, self.exclusions, stat_cache, self.manifest_digest)
 
-    async def _remember(self, snapshot: SnapshotInfo, stat_cache: StatCache) -> None:
+    def _listed_unchanged(self, cached: workspace_state.CachedFingerprint, target: SnapshotInfo) -> bool:
+        """Whether a stat walk finds exactly the tree whose fingerprint is cached (and targeted)."""
+        if cached.stat_listing is None or cached.fingerprint != target.fingerprint:
+            return False
+        if cached.manifest_digest != self.manifest_digest:
+            return False
+        return list_workspace(self.workspace, self.exclusions, time.time_ns()) == cached.stat_listing
+
+    async def _remember(self, snapshot: SnapshotInfo, stat_cache: StatCache, stat_listing: str | None = None) -> None:
         self._stat_cache = stat_cache
         self._snapshot_id = SnapshotId(snapshot.snapshot_id)
         cached = workspace_state.CachedFingerprint(
@@ -207,6 +217,7 @@ class WorkspaceLifecycle:
             fingerprint_version=snapshot.fingerprint_version,
             manifest_digest=snapshot.manifest_digest,
             stat_cache=stat_cache,
+            stat_listing=stat_listing,
         )
         if cached == self._saved:
             return  # an unchanged workspace reused: the file on disk already says exactly this
@@ -241,7 +252,7 @@ class WorkspaceLifecycle:
                 self._saved = None
                 self._state = LifecycleState.STOPPED
                 return StopResult(snapshot=None, duration_s=time.monotonic() - began)
-            await self._remember(result.snapshot, result.stat_cache)
+            await self._remember(result.snapshot, result.stat_cache, result.stat_listing)
             self._state = LifecycleState.STOPPED
             return StopResult(snapshot=result.snapshot, duration_s=time.monotonic() - began, skipped=result.skipped)
 

@@ -73,6 +73,8 @@ class PersistResult:
     snapshot: SnapshotInfo
     stat_cache: StatCache
     skipped: tuple[str, ...] = ()
+    stat_listing: str | None = None
+    """The listing digest of the scan the snapshot was made from (`stat_listing`); None when racy."""
 
 
 class _ChangedWhileReadingError(Exception):
@@ -323,6 +325,7 @@ def _persist(objects: ObjectStore, index: BlobIndex, executor: Executor, request
         snapshot=info,
         stat_cache=StatCache.from_observations(observations, scan_started_ns=scan.started_ns),
         skipped=tuple(scan.skipped),
+        stat_listing=scan.stat_listing,
     )
 
 

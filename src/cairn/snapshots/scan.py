@@ -7,7 +7,8 @@ Sparse files get their data extents from SEEK_DATA/SEEK_HOLE so holes are never 
 Digests come from the stat cache when it still vouches for a file; the rest are left for
 whoever needs content (persist hashes while storing, the fingerprint check hashes in place).
 Sockets and device nodes cannot be restored meaningfully in a sandbox; they are skipped and
-reported, never silently dropped.
+reported, never silently dropped. The same walk records the stat listing (`stat_listing`), so
+the tree a fingerprint was computed from can later be recognised from a stat walk alone.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from cairn.errors import WorkspaceError
 from cairn.snapshots.exclusions import Exclusions
 from cairn.snapshots.models import EntryKind, RootMeta
 from cairn.snapshots.stat_cache import StatCache, StatKey, stat_key
+from cairn.snapshots.stat_listing import WalkedEntry, listing_digest, walk_tree
 
 __all__ = ["ScannedEntry", "WorkspaceScan", "scan_workspace", "data_extents"]
 
@@ -50,6 +52,8 @@ class WorkspaceScan:
     entries: list[ScannedEntry]
     started_ns: int
     skipped: list[str] = field(default_factory=list)
+    stat_listing: str | None = None
+    """The listing digest of this walk; None when racy (see `stat_listing`)."""
 
     def files_without_digest(self) -> list[ScannedEntry]:
         return [entry for entry in self.entries if entry.kind == "file" and entry.digest is None]
@@ -96,42 +100,36 @@ def scan_workspace(workspace: Path, exclusions: Exclusions, stat_cache: StatCach
         mtime_ns=root_stat.st_mtime_ns,
     )
     scan = WorkspaceScan(root=root, entries=[], started_ns=started_ns)
-    walker = _Walker(exclusions.paths, stat_cache, scan)
+    tree: list[WalkedEntry] = []
+    walker = _Walker(stat_cache, scan)
     try:
-        walker.walk(str(workspace), "")
+        walk_tree(str(workspace), "", exclusions.paths, tree)
+        walker.walk(tree)
     except OSError as error:
         raise WorkspaceError(
             f"workspace {workspace} could not be scanned: {error.strerror} ({error.filename})"
         ) from error
+    scan.stat_listing = listing_digest(root_stat, exclusions, started_ns, tree, walker.targets)
     return scan
 
 
 class _Walker:
     """One walk of the tree; a class only to keep its per-walk state out of every call's arguments.
 
-    This loop runs once per workspace entry on every skip check and persist, so it does the
-    minimum per entry: one `lstat` (through `DirEntry`), one set lookup for exclusions (an
-    excluded directory is never entered, so nothing below it needs a prefix test), and one
-    stat-cache lookup per file.
+    This loop runs once per workspace entry on every persist and full fingerprint, so it does
+    the minimum per entry: the `lstat` of the walk and one stat-cache lookup per file.
     """
 
-    def __init__(self, excluded: frozenset[str], stat_cache: StatCache, scan: WorkspaceScan) -> None:
-        self._excluded = excluded
+    def __init__(self, stat_cache: StatCache, scan: WorkspaceScan) -> None:
         self._lookup = stat_cache.lookup
         self._scan = scan
-        self._entries = scan.entries
         self._first_link: dict[tuple[int, int], str] = {}
+        self.targets: dict[str, str] = {}
+        """Relative path -> link target of every symlink, for the stat listing."""
 
-    def walk(self, directory: str, prefix: str) -> None:
-        with os.scandir(directory) as iterator:
-            children = sorted(iterator, key=lambda entry: entry.name)
-        entries = self._entries
-        excluded = self._excluded
-        for child in children:
-            relative = f"{prefix}{child.name}"
-            if excluded and relative in excluded:
-                continue
-            st = child.stat(follow_symlinks=False)
+    def walk(self, tree: list[WalkedEntry]) -> None:
+        entries = self._scan.entries
+        for relative, path, st in tree:
             kind = _KINDS.get(stat.S_IFMT(st.st_mode))
             if kind is None:
                 logger.warning("snapshot skips %r: sockets and device nodes are not snapshotted", relative)
@@ -139,12 +137,10 @@ class _Walker:
                 continue
             entry = ScannedEntry(relative, kind, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns)
             entries.append(entry)
-            if kind == "dir":
-                self.walk(child.path, f"{relative}/")
-            elif kind == "file":
-                self._file(entry, child.path, st)
+            if kind == "file":
+                self._file(entry, path, st)
             elif kind == "symlink":
-                entry.target = os.readlink(child.path)
+                entry.target = self.targets[relative] = os.readlink(path)
 
     def _file(self, entry: ScannedEntry, path: str, st: os.stat_result) -> None:
         if st.st_nlink > 1:

@@ -11,20 +11,31 @@ ctime is within `RACY_WINDOW_NS` of the start of the scan are therefore never ca
 hashed again next time, by which point they are either settled or visibly changed.
 
 Keys are named tuples, compared in C: the skip check builds and compares one per file.
+A cache read from the state file is decoded on first use (`decode_later`): a skip check that
+the stat listing settles never needs it, only the next persist does.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from pydantic import StrictInt, StrictStr, TypeAdapter, ValidationError
 
-__all__ = ["RACY_WINDOW_NS", "StatCache", "StatKey", "stat_key"]
+__all__ = ["RACY_WINDOW_NS", "StatCache", "StatKey", "settled", "stat_key"]
+
+logger = logging.getLogger(__name__)
 
 # The coarse kernel clock ticks every 1-10 ms; 50 ms leaves a wide margin.
 RACY_WINDOW_NS = 50_000_000
+
+
+def settled(ctime_ns: int, *, scan_started_ns: int) -> bool:
+    """Whether an entry changed at `ctime_ns` can be trusted by a scan that began at `scan_started_ns`."""
+    return ctime_ns < scan_started_ns - RACY_WINDOW_NS
 
 
 class StatKey(NamedTuple):
@@ -48,17 +59,39 @@ class StatCache:
 
     def __init__(self, entries: Mapping[str, tuple[StatKey, str]] | None = None) -> None:
         self._entries: dict[str, tuple[StatKey, str]] = dict(entries or {})
+        self._encoded: bytes | None = None
+
+    @classmethod
+    def decode_later(cls, encoded: bytes) -> StatCache:
+        """A cache of the JSON `encoded` (what `to_json` wrote), decoded when first used.
+
+        A malformed encoding then yields an empty cache and a warning: losing the cache costs
+        a re-hash, never correctness.
+        """
+        cache = cls()
+        cache._encoded = encoded
+        return cache
+
+    def _decoded(self) -> dict[str, tuple[StatKey, str]]:
+        encoded = self._encoded
+        if encoded is not None:
+            try:
+                self._entries = StatCache.from_json(json.loads(encoded))._entries
+            except ValueError as error:
+                logger.warning("ignoring the malformed stat cache of the workspace state: %s", error)
+            self._encoded = None
+        return self._entries
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._decoded())
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, StatCache) and self._entries == other._entries
+        return isinstance(other, StatCache) and self._decoded() == other._decoded()
 
     __hash__ = None  # type: ignore[assignment]  # mutable-looking contents; never a dict key
 
     def lookup(self, path: str, key: StatKey) -> str | None:
-        cached = self._entries.get(path)
+        cached = self._decoded().get(path)
         if cached is None or cached[0] != key:
             return None
         return cached[1]
@@ -68,11 +101,16 @@ class StatCache:
         cls, observations: Iterable[tuple[str, StatKey, str]], *, scan_started_ns: int
     ) -> StatCache:
         """Cache every observed (path, stat, digest) that is not racy relative to the scan start."""
-        horizon = scan_started_ns - RACY_WINDOW_NS
-        return cls({path: (key, digest) for path, key, digest in observations if key.ctime_ns < horizon})
+        return cls(
+            {
+                path: (key, digest)
+                for path, key, digest in observations
+                if settled(key.ctime_ns, scan_started_ns=scan_started_ns)
+            }
+        )
 
     def to_json(self) -> dict[str, list[object]]:
-        return {path: [*key, digest] for path, (key, digest) in self._entries.items()}
+        return {path: [*key, digest] for path, (key, digest) in self._decoded().items()}
 
     @classmethod
     def from_json(cls, data: Any) -> StatCache:

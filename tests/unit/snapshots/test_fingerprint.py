@@ -63,7 +63,7 @@ def test_it_is_bound_to_the_environment_manifest(workspace: Path) -> None:
 
 def test_unchanged_files_are_not_read_again(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("cairn.snapshots.stat_cache.RACY_WINDOW_NS", 0)
-    first, cache = fingerprint_workspace(workspace, Exclusions(), StatCache(), "m")
+    first, cache, _ = fingerprint_workspace(workspace, Exclusions(), StatCache(), "m")
     assert len(cache) == 1
     monkeypatch.setattr(fingerprint_module, "hash_stored_content", lambda *args: pytest.fail("read a file"))
     assert fingerprint_workspace(workspace, Exclusions(), cache, "m")[0] == first

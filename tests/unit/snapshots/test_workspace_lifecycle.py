@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import anyio
 import pytest
 
 from cairn.snapshots import (
@@ -23,7 +25,9 @@ from cairn.snapshots import (
     WorkspaceLifecycle,
 )
 from cairn.snapshots import fingerprint as fingerprint_module
+from cairn.snapshots import lifecycle as lifecycle_module
 from cairn.snapshots.objects import ObjectWriter
+from cairn.snapshots.stat_cache import RACY_WINDOW_NS, StatCache
 from cairn.snapshots.testing import describe_tree
 
 pytestmark = pytest.mark.anyio
@@ -253,3 +257,177 @@ async def test_a_restored_workspace_is_reused_next_time(store: ContentAddressedS
     await second.shutdown()
     third = lifecycle(store, tmp_path)
     assert (await third.start()).outcome is StartOutcome.REUSED
+
+
+# The skip check from a stat walk (`stat_listing`): taken only when it is sound.
+
+
+def saved_header(cycle: WorkspaceLifecycle) -> dict[str, object]:
+    header: dict[str, object] = json.loads(cycle.state_path.read_bytes().partition(b"\n")[0])
+    return header
+
+
+async def settle() -> None:
+    """Let everything written so far leave the stat cache's racy window, as real time would."""
+    await anyio.sleep(RACY_WINDOW_NS / 1e9 + 0.02)
+
+
+async def persisted_and_settled(store: ContentAddressedSnapshotStore, tmp_path: Path) -> WorkspaceLifecycle:
+    """A persisted workspace whose state file carries a stat listing (the fast path is armed)."""
+    first = lifecycle(store, tmp_path)
+    await first.start()
+    workspace = tmp_path / "ws"
+    (workspace / "dir").mkdir()
+    (workspace / "dir" / "file").write_text("content")
+    (workspace / "other").write_text("other")
+    os.symlink("dir/file", workspace / "link")
+    await first.stop()
+    await first.shutdown()
+    assert saved_header(first)["stat_listing"] is None, "files written just now are racy"
+    await settle()
+    settling = lifecycle(store, tmp_path)
+    assert (await settling.start()).outcome is StartOutcome.REUSED
+    await settling.shutdown()
+    assert isinstance(saved_header(settling)["stat_listing"], str)
+    return settling
+
+
+def forbid_full_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(*args: object) -> None:
+        pytest.fail("the full fingerprint path was taken")
+
+    monkeypatch.setattr("cairn.snapshots.lifecycle.fingerprint_workspace", fail)
+
+
+async def test_a_settled_workspace_is_reused_from_a_stat_walk_alone(
+    store: ContentAddressedSnapshotStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await persisted_and_settled(store, tmp_path)
+    with monkeypatch.context() as patched:
+        forbid_full_fingerprint(patched)
+        patched.setattr(StatCache, "from_json", lambda data: pytest.fail("decoded the stat cache"))
+        check = lifecycle(store, tmp_path)
+        reused = await check.start()
+    assert reused.outcome is StartOutcome.REUSED
+    # The stat cache is decoded when the persist needs it.
+    (tmp_path / "ws" / "other").write_text("changed")
+    stopped = await check.stop()
+    assert stopped.snapshot is not None and stopped.snapshot.new_bytes == len("changed")
+
+
+def _rewrite_keeping_size_and_mtime(workspace: Path) -> None:
+    path = workspace / "dir" / "file"
+    before = os.lstat(path)
+    path.write_text("CONTENT")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def _retarget_link_keeping_length(workspace: Path) -> None:
+    os.unlink(workspace / "link")
+    os.symlink("dir/fil_", workspace / "link")
+
+
+WORKSPACE_CHANGES: dict[str, Callable[[Path], object]] = {
+    "content, same size and mtime": _rewrite_keeping_size_and_mtime,
+    "chmod": lambda workspace: os.chmod(workspace / "dir" / "file", 0o600),
+    "rename": lambda workspace: os.rename(workspace / "other", workspace / "renamed"),
+    "empty dir added": lambda workspace: (workspace / "empty-dir").mkdir(),
+    "symlink retargeted": _retarget_link_keeping_length,
+}
+
+
+@pytest.mark.parametrize("change", WORKSPACE_CHANGES.values(), ids=WORKSPACE_CHANGES.keys())
+async def test_any_change_forces_a_restore_although_the_stat_walk_is_armed(
+    store: ContentAddressedSnapshotStore, tmp_path: Path, change: Callable[[Path], object]
+) -> None:
+    settled_cycle = await persisted_and_settled(store, tmp_path)
+    before = describe_tree(tmp_path / "ws")
+    change(tmp_path / "ws")
+    await settle()  # even a change that has settled is seen
+    check = lifecycle(store, tmp_path)
+    assert (await check.start()).outcome is StartOutcome.RESTORED
+    assert describe_tree(tmp_path / "ws") == before
+    assert saved_header(check)["snapshot_id"] == saved_header(settled_cycle)["snapshot_id"]
+
+
+async def test_an_armed_stat_walk_never_reuses_for_a_newer_snapshot(
+    store: ContentAddressedSnapshotStore, tmp_path: Path
+) -> None:
+    await persisted_and_settled(store, tmp_path)
+    # Another machine persists the same session from a different tree: the workspace here is
+    # unchanged, so its listing matches the state file, but it is not the latest snapshot.
+    elsewhere = WorkspaceLifecycle(store=store, scope=SCOPE, workspace=tmp_path / "elsewhere", manifest_digest="manifest-1")
+    await elsewhere.start()
+    (tmp_path / "elsewhere" / "other").write_text("newer")
+    newer = (await elsewhere.stop()).snapshot
+    check = lifecycle(store, tmp_path)
+    restored = await check.start()
+    assert (restored.outcome, restored.snapshot) == (StartOutcome.RESTORED, newer)
+    assert (tmp_path / "ws" / "other").read_text() == "newer"
+
+
+async def test_a_racy_listing_is_never_trusted(
+    store: ContentAddressedSnapshotStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await persisted_and_settled(store, tmp_path)
+    cycle = lifecycle(store, tmp_path)
+    await cycle.start()
+    (tmp_path / "ws" / "other").write_text("edited right before the stop")
+    await cycle.stop()
+    await cycle.shutdown()
+    assert saved_header(cycle)["stat_listing"] is None
+    full_checks: list[Path] = []
+    real = lifecycle_module.fingerprint_workspace
+
+    def counting(workspace: Path, *args: object) -> object:
+        full_checks.append(workspace)
+        return real(workspace, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(lifecycle_module, "fingerprint_workspace", counting)
+    assert (await lifecycle(store, tmp_path).start()).outcome is StartOutcome.REUSED
+    assert full_checks == [tmp_path / "ws"]
+
+
+async def test_an_old_format_state_file_still_works_and_is_upgraded(
+    store: ContentAddressedSnapshotStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settled_cycle = await persisted_and_settled(store, tmp_path)
+    header = saved_header(settled_cycle)
+    stat_cache = json.loads(settled_cycle.state_path.read_bytes().partition(b"\n")[2])
+    old = {key: value for key, value in header.items() if key != "stat_listing"}
+    settled_cycle.state_path.write_text(json.dumps({**old, "format": 1, "stat_cache": stat_cache}))
+    # Format 1's stat cache is still used: no unchanged file is read again.
+    monkeypatch.setattr(fingerprint_module, "hash_stored_content", lambda *args: pytest.fail("read a file"))
+    assert (await lifecycle(store, tmp_path).start()).outcome is StartOutcome.REUSED
+    assert saved_header(settled_cycle)["format"] == 2
+    assert saved_header(settled_cycle)["stat_listing"] == header["stat_listing"]
+
+
+BROKEN_STATE_FILES = {
+    "not json": b"\x00\xff not json",
+    "a json list": b"[]",
+    "a header without fields": b'{"format":2}',
+    "a listing that is no string": None,
+    "a malformed stat cache": None,
+}
+
+
+@pytest.mark.parametrize("broken", BROKEN_STATE_FILES.keys())
+async def test_a_broken_state_file_never_fails_a_start_or_stop(
+    store: ContentAddressedSnapshotStore, tmp_path: Path, broken: str
+) -> None:
+    settled_cycle = await persisted_and_settled(store, tmp_path)
+    header_line, _, cache_line = settled_cycle.state_path.read_bytes().partition(b"\n")
+    contents = BROKEN_STATE_FILES[broken]
+    if broken == "a listing that is no string":
+        contents = json.dumps({**json.loads(header_line), "stat_listing": 7}).encode() + b"\n" + cache_line
+    elif broken == "a malformed stat cache":
+        contents = header_line + b'\n{"dir/file": [1, 2]}'
+    assert contents is not None
+    settled_cycle.state_path.write_bytes(contents)
+    cycle = lifecycle(store, tmp_path)
+    assert (await cycle.start()).outcome is StartOutcome.REUSED
+    (tmp_path / "ws" / "other").write_text("changed")
+    stopped = await cycle.stop()
+    assert stopped.snapshot is not None
+    assert (await lifecycle(store, tmp_path).start()).outcome is StartOutcome.REUSED
