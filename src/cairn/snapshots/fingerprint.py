@@ -125,4 +125,4 @@ def fingerprint_workspace(
         if entry.stat_key is not None and entry.digest is not None
     ]
     refreshed = StatCache.from_observations(observations, scan_started_ns=scan.started_ns)
-    return LiveFingerprint(compute_fingerprint(scan.entries, scan.root, manifest_digest), refreshed, scan.stat_listing)
+    return LiveFingerprint(compute_fingerprint(scan.entries, scan.root, manifest_digest), refreshed, scan.stat_listing())

@@ -281,15 +281,21 @@ def _persist(objects: ObjectStore, index: BlobIndex, executor: Executor, request
         opened_tree.append(objects.open_writer(layout.tree_key(scope, snapshot_id)))
 
     written: list[_WrittenTree] = []
+    listed: list[str | None] = []
 
     def write_tree() -> None:
         written.append(_write_tree(opened_tree[0], scan, locations, request.manifest_digest))
 
+    def list_tree() -> None:
+        listed.append(scan.stat_listing())
+
     try:
         _store_content(executor, storer, str(request.workspace), to_store, locations, open_tree)
         # Every pack's fsync and the tree's (after encoding it: the CPU work of this step) wait
-        # on the disk at the same time; the header below must wait for all of them.
-        run_tasks(executor, [write_tree, *storer.commits()], lambda task, _lane: task(), lambda _lane: None)
+        # on the disk at the same time, and the stat listing is computed while they wait; the
+        # header below must wait for all of them.
+        tasks = [write_tree, *storer.commits(), list_tree]
+        run_tasks(executor, tasks, lambda task, _lane: task(), lambda _lane: None)
         storer.publish()
     except BaseException:
         storer.abort()
@@ -325,7 +331,7 @@ def _persist(objects: ObjectStore, index: BlobIndex, executor: Executor, request
         snapshot=info,
         stat_cache=StatCache.from_observations(observations, scan_started_ns=scan.started_ns),
         skipped=tuple(scan.skipped),
-        stat_listing=scan.stat_listing,
+        stat_listing=listed[0],
     )
 
 

@@ -17,7 +17,9 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from cairn.errors import WorkspaceError
@@ -52,8 +54,9 @@ class WorkspaceScan:
     entries: list[ScannedEntry]
     started_ns: int
     skipped: list[str] = field(default_factory=list)
-    stat_listing: str | None = None
-    """The listing digest of this walk; None when racy (see `stat_listing`)."""
+    stat_listing: Callable[[], str | None] = lambda: None
+    """Computes the listing digest of this walk (None when racy, see `stat_listing`): a few
+    milliseconds of CPU that a persist runs while its fsyncs wait."""
 
     def files_without_digest(self) -> list[ScannedEntry]:
         return [entry for entry in self.entries if entry.kind == "file" and entry.digest is None]
@@ -109,7 +112,7 @@ def scan_workspace(workspace: Path, exclusions: Exclusions, stat_cache: StatCach
         raise WorkspaceError(
             f"workspace {workspace} could not be scanned: {error.strerror} ({error.filename})"
         ) from error
-    scan.stat_listing = listing_digest(root_stat, exclusions, started_ns, tree, walker.targets)
+    scan.stat_listing = partial(listing_digest, root_stat, exclusions, started_ns, tree, walker.targets)
     return scan
 
 

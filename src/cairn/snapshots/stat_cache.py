@@ -91,7 +91,9 @@ class StatCache:
     __hash__ = None  # type: ignore[assignment]  # mutable-looking contents; never a dict key
 
     def lookup(self, path: str, key: StatKey) -> str | None:
-        cached = self._decoded().get(path)
+        # Once per file of every scan: test the attribute instead of calling `_decoded`.
+        entries = self._entries if self._encoded is None else self._decoded()
+        cached = entries.get(path)
         if cached is None or cached[0] != key:
             return None
         return cached[1]

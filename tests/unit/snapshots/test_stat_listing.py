@@ -104,13 +104,13 @@ def test_the_scan_records_the_same_listing_as_the_stat_walk(tmp_path: Path) -> N
     (root / "cache").mkdir()
     settle()
     scan = scan_workspace(root, EXCLUSIONS, StatCache())
-    assert scan.stat_listing is not None
-    assert scan.stat_listing == listing(root)
+    assert scan.stat_listing() is not None
+    assert scan.stat_listing() == listing(root)
 
 
 def test_the_scan_gives_no_listing_when_a_file_is_racy(workspace: Path) -> None:
     (workspace / "other").write_text("just now")
-    assert scan_workspace(workspace, EXCLUSIONS, StatCache()).stat_listing is None
+    assert scan_workspace(workspace, EXCLUSIONS, StatCache()).stat_listing() is None
 
 
 def test_numbers_beyond_64_bits_give_no_listing_rather_than_a_wrong_one(workspace: Path) -> None:
