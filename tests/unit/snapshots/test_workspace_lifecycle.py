@@ -29,6 +29,7 @@ from cairn.snapshots import lifecycle as lifecycle_module
 from cairn.snapshots.objects import ObjectWriter
 from cairn.snapshots.stat_cache import RACY_WINDOW_NS, StatCache
 from cairn.snapshots.testing import describe_tree
+from tests.unit.snapshots.test_stat_listing import CHANGES as LISTING_CHANGES
 
 pytestmark = pytest.mark.anyio
 
@@ -315,24 +316,10 @@ async def test_a_settled_workspace_is_reused_from_a_stat_walk_alone(
     assert stopped.snapshot is not None and stopped.snapshot.new_bytes == len("changed")
 
 
-def _rewrite_keeping_size_and_mtime(workspace: Path) -> None:
-    path = workspace / "dir" / "file"
-    before = os.lstat(path)
-    path.write_text("CONTENT")
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-
-
-def _retarget_link_keeping_length(workspace: Path) -> None:
-    os.unlink(workspace / "link")
-    os.symlink("dir/fil_", workspace / "link")
-
-
-WORKSPACE_CHANGES: dict[str, Callable[[Path], object]] = {
-    "content, same size and mtime": _rewrite_keeping_size_and_mtime,
-    "chmod": lambda workspace: os.chmod(workspace / "dir" / "file", 0o600),
-    "rename": lambda workspace: os.rename(workspace / "other", workspace / "renamed"),
-    "empty dir added": lambda workspace: (workspace / "empty-dir").mkdir(),
-    "symlink retargeted": _retarget_link_keeping_length,
+# The fixture of the stat listing's tests has the same layout (dir/file, other, link).
+WORKSPACE_CHANGES = {
+    name: LISTING_CHANGES[name]
+    for name in ("content, same size and mtime", "chmod", "rename", "empty dir added", "symlink retargeted")
 }
 
 
