@@ -292,10 +292,8 @@ def _persist(objects: ObjectStore, index: BlobIndex, executor: Executor, request
     try:
         _store_content(executor, storer, str(request.workspace), to_store, locations, open_tree)
         # Every pack's fsync and the tree's (after encoding it: the CPU work of this step) wait
-        # on the disk at the same time, and the stat listing is computed while they wait; the
-        # header below must wait for all of them.
-        tasks = [write_tree, *storer.commits(), list_tree]
-        run_tasks(executor, tasks, lambda task, _lane: task(), lambda _lane: None)
+        # on the disk at the same time; the header below must wait for all of them.
+        run_tasks(executor, [write_tree, *storer.commits()], lambda task, _lane: task(), lambda _lane: None)
         storer.publish()
     except BaseException:
         storer.abort()
@@ -321,7 +319,14 @@ def _persist(objects: ObjectStore, index: BlobIndex, executor: Executor, request
         new_bytes=storer.new_bytes,
         packs=tuple(sorted({location.pack for location in locations.values()})),
     )
-    objects.put_bytes(layout.header_key(scope, snapshot_id), info.model_dump_json(indent=1).encode())
+    header = info.model_dump_json(indent=1).encode()
+
+    def write_header() -> None:
+        objects.put_bytes(layout.header_key(scope, snapshot_id), header)
+
+    # The stat listing (CPU only) is computed while the header's fsync waits: run beside the
+    # tree's encoding, it would hold the GIL that encoding needs.
+    run_tasks(executor, [write_header, list_tree], lambda task, _lane: task(), lambda _lane: None)
     observations = [
         (entry.path, entry.stat_key, location.digest)
         for entry in scan.entries
