@@ -89,8 +89,10 @@ def _tool_roles(tools: Sequence[ToolSpec]) -> str:
 
     Measured: the model wrote `mkdir …` and `cp …` into files with the file-writing tool
     (so the "copied" script was the text of a cp command) while a general rule about "the
-    shell tool" was in its prompt. The parts are read from the tools' parameters (one
-    takes a command, one a path and content), so no tool name is assumed.
+    shell tool" was in its prompt; the other way round, asked for hello.py with the shell
+    tool offered first, it ran `echo 'print('hello')' > hello.py`, quotes broken. The parts
+    are read from the tools' parameters (one takes a command, one a path and content), so
+    no tool name is assumed.
     """
 
     def names(*keys: str) -> list[str]:
@@ -105,7 +107,8 @@ def _tool_roles(tools: Sequence[ToolSpec]) -> str:
     if runners and writers:
         roles = (
             f"- {' and '.join(writers)} only saves the text you give it into a file; it never runs "
-            f"anything. Every command (mkdir, cp, python3, ...) must be run with {runners[0]}."
+            f"anything. Every command (mkdir, cp, python3, ...) must be run with {runners[0]}. "
+            f"Write a program's text with {writers[0]}, never with echo, cat or touch in a command."
         )
     else:
         roles = "- A file's content is never a list of commands to run: run commands with a tool that runs them."

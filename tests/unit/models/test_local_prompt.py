@@ -152,7 +152,8 @@ def test_the_rules_name_the_tool_that_runs_commands_and_the_one_that_writes_file
     request = ModelRequest("s", "t", 1, 0, "local:x", None, [MessageInput("user", "x")], [shell, write])
     assert (
         "- write_file only saves the text you give it into a file; it never runs anything. "
-        "Every command (mkdir, cp, python3, ...) must be run with shell." in render_prompt(request)
+        "Every command (mkdir, cp, python3, ...) must be run with shell. "
+        "Write a program's text with write_file, never with echo, cat or touch in a command." in render_prompt(request)
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -219,3 +220,15 @@ def test_a_file_writers_call_round_trips_through_its_code_block(content: str) ->
     rendered = render_reply(reply, "content")
     assert rendered.split("\n", 1)[1].startswith("```python\n")
     assert parse_reply(rendered, NAMES, FENCED) == reply
+
+
+def test_a_path_argument_is_one_line_without_escapes() -> None:
+    [write, _] = reply_schema([WRITE])["oneOf"]
+    pattern = write["properties"]["arguments"]["properties"]["path"]["pattern"]
+    # The grammar matches the pattern against the JSON text between the quotes.
+    matches = re.compile(pattern).fullmatch
+    assert matches("outputs/tree.py") and matches("src/notes/app.py") and matches("données/é.txt")
+    assert not matches(r"hello.py\nprint('hello')") and not matches('a"b') and not matches("a\nb")
+    own = ToolSpec("t", "d", {"type": "object", "properties": {"path": {"type": "string", "pattern": "^x$"}}}, "client")
+    assert reply_schema([own])["oneOf"][0]["properties"]["arguments"]["properties"]["path"]["pattern"] == "^x$"
+    assert "pattern" not in WRITE.parameters["properties"]["path"]  # the tool's own schema is untouched
