@@ -10,6 +10,9 @@ The registry knows nothing of how a container is made (`StartContainer`, bwrap's
 - a container is killed after `idle_s` without a lease (by one daemon thread, which
   sleeps until the next deadline and ends when no container is left), when its workspace
   is released (`release`), and when the registry is dropped or the process exits;
+- a container older than `max_age_s` is not handed out again: the next command gets a new
+  one (so what a container copied from the host at its start, such as `/etc`, is never
+  older than that), and the old one goes when its last lease ends;
 - a container being started never holds a lease: a start that finds another one already
   registered for its key (two first commands at once) discards itself.
 The lock is held only for bookkeeping and for the few system calls of a kill, so taking
@@ -58,7 +61,7 @@ class SessionContainer:
         self.init_pidfd = init_pidfd
         self.identity = identity
         self.leases = 0
-        self.idle_since = time.monotonic()
+        self.started = self.idle_since = time.monotonic()
         self.retired = False  # no longer handed out; killed when its last lease ends
 
     def is_alive(self) -> bool:
@@ -85,9 +88,9 @@ StartContainer = Callable[[ContainerKey, WorkspaceIdentity], SessionContainer]
 class SessionContainers:
     """The live containers of one backend, by `ContainerKey`; see the module docstring."""
 
-    def __init__(self, start: StartContainer, *, idle_s: float) -> None:
+    def __init__(self, start: StartContainer, *, idle_s: float, max_age_s: float) -> None:
         self._start = start
-        self._pool = _Pool(idle_s)
+        self._pool = _Pool(idle_s, max_age_s)
         weakref.finalize(self, self._pool.close)
 
     @asynccontextmanager
@@ -125,8 +128,9 @@ class _Pool:
     """The registry's state, shared with its reaper thread (which must not keep the
     `SessionContainers` alive, or dropping it would never kill anything)."""
 
-    def __init__(self, idle_s: float) -> None:
+    def __init__(self, idle_s: float, max_age_s: float) -> None:
         self._idle_s = idle_s
+        self._max_age_s = max_age_s
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._containers: dict[ContainerKey, SessionContainer] = {}
@@ -140,7 +144,7 @@ class _Pool:
             container = self._containers.get(key)
             if container is None:
                 return None
-            if not container.is_alive() or container.identity != identity:
+            if not self._usable(container, identity):
                 self._retire(key)
                 return None
             container.leases += 1
@@ -161,18 +165,20 @@ class _Pool:
     def has_usable(self, key: ContainerKey, identity: WorkspaceIdentity) -> bool:
         with self._lock:
             container = self._containers.get(key)
-            return (
-                container is not None and container.identity == identity and container.is_alive()
-            )
+            return container is not None and self._usable(container, identity)
+
+    def _usable(self, container: SessionContainer, identity: WorkspaceIdentity) -> bool:
+        """Whether `container` may take a new lease for a workspace of `identity`."""
+        return (
+            container.identity == identity
+            and time.monotonic() - container.started < self._max_age_s
+            and container.is_alive()
+        )
 
     def register(self, key: ContainerKey, container: SessionContainer) -> None:
         with self._lock:
             current = self._containers.get(key)
-            if self._closed or (
-                current is not None
-                and current.identity == container.identity
-                and current.is_alive()
-            ):
+            if self._closed or (current is not None and self._usable(current, container.identity)):
                 container.kill()  # shut down, or another start for this key won the race
                 container.close()
                 return

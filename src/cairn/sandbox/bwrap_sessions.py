@@ -67,11 +67,13 @@ from cairn.sandbox.bwrap import (
 if TYPE_CHECKING:
     from cairn.sandbox._launcher.spec import LaunchSpec
 
-__all__ = ["DEFAULT_IDLE_S", "SessionBwrapBackend", "detect_bwrap"]
+__all__ = ["DEFAULT_IDLE_S", "DEFAULT_MAX_AGE_S", "SessionBwrapBackend", "detect_bwrap"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_IDLE_S = 300.0
+# A busy session's container is replaced after this long, so its copy of /etc stays recent.
+DEFAULT_MAX_AGE_S = 3600.0
 _MIB = 1024 * 1024
 TMP_BYTES = 1024 * _MIB  # as much as one command may hold in memory by default
 SHM_BYTES = 64 * _MIB
@@ -94,6 +96,7 @@ class SessionBwrapBackend(BwrapBackend):
         landlock_abi: int,
         file_perms: bool = True,
         idle_s: float = DEFAULT_IDLE_S,
+        max_age_s: float = DEFAULT_MAX_AGE_S,
     ) -> None:
         super().__init__(
             bwrap=bwrap, account=account, containment=containment, file_perms=file_perms
@@ -104,7 +107,7 @@ class SessionBwrapBackend(BwrapBackend):
             "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
             "--remount-ro", "/dev",  # non-recursive: /dev/shm and the device binds stay as they are
         ]
-        self._containers = SessionContainers(self._start_container, idle_s=idle_s)
+        self._containers = SessionContainers(self._start_container, idle_s=idle_s, max_age_s=max_age_s)
         self._tmp_note = (
             f"/tmp ({TMP_BYTES // _MIB} MiB) and /dev/shm ({SHM_BYTES // _MIB} MiB) are tmpfs "
             "private to the session: kept between its commands, gone with its container"
@@ -112,8 +115,8 @@ class SessionBwrapBackend(BwrapBackend):
         self.containers = (
             "one bwrap container per session workspace and network setting, started on its "
             f"first command and kept until {idle_s:g} s without one or the session is "
-            "suspended or deleted; each command joins it in a Landlock domain of its own and "
-            "a fresh ipc and cgroup namespace"
+            f"suspended or deleted (replaced once {max_age_s:g} s old); each command joins it in "
+            "a Landlock domain of its own and a fresh ipc and cgroup namespace"
         )
 
     @property

@@ -87,7 +87,7 @@ async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
 
 async def test_two_first_commands_at_once_share_one_container(stand_ins: Callable[..., StandIns]) -> None:
     start = stand_ins(delay_s=0.2)
-    registry = SessionContainers(start, idle_s=300)
+    registry = SessionContainers(start, idle_s=300, max_age_s=3600)
     pidfds: list[int] = []
 
     async def command() -> None:
@@ -106,7 +106,7 @@ async def test_two_first_commands_at_once_share_one_container(stand_ins: Callabl
 
 async def test_a_container_that_dies_at_once_is_not_started_forever(stand_ins: Callable[..., StandIns]) -> None:
     start = stand_ins(init_exits=True)
-    registry = SessionContainers(start, idle_s=300)
+    registry = SessionContainers(start, idle_s=300, max_age_s=3600)
     with pytest.raises(SandboxError, match="ended each time it was started"):
         async with registry.lease(KEY, IDENTITY):
             pass
@@ -118,7 +118,7 @@ async def test_a_replaced_container_lives_until_its_last_command_ends(stand_ins:
     """A workspace made again gets a new container; a command still running in the old one
     keeps it until it ends."""
     start = stand_ins()
-    registry = SessionContainers(start, idle_s=300)
+    registry = SessionContainers(start, idle_s=300, max_age_s=3600)
     async with registry.lease(KEY, IDENTITY) as old:
         async with registry.lease(KEY, (1, 3)) as new:
             assert new != old and start.starts == 2
@@ -131,7 +131,7 @@ async def test_a_replaced_container_lives_until_its_last_command_ends(stand_ins:
 
 async def test_an_idle_container_is_reaped_but_a_leased_one_is_not(stand_ins: Callable[..., StandIns]) -> None:
     start = stand_ins()
-    registry = SessionContainers(start, idle_s=0.2)
+    registry = SessionContainers(start, idle_s=0.2, max_age_s=3600)
     async with registry.lease(KEY, IDENTITY):
         await anyio.sleep(0.5)
         assert start.running() == 2
@@ -140,9 +140,29 @@ async def test_an_idle_container_is_reaped_but_a_leased_one_is_not(stand_ins: Ca
         assert start.starts == 2
 
 
+
+async def test_a_container_past_its_maximum_age_is_replaced_after_its_last_command(
+    stand_ins: Callable[..., StandIns],
+) -> None:
+    """A busy session keeps getting commands, so idling never replaces its container: age does."""
+    start = stand_ins()
+    registry = SessionContainers(start, idle_s=300, max_age_s=1.0)
+    async with registry.lease(KEY, IDENTITY) as first:
+        async with registry.lease(KEY, IDENTITY) as young:
+            assert young == first and start.starts == 1  # not old yet: joined
+        await anyio.sleep(1.1)
+        async with registry.lease(KEY, IDENTITY) as fresh:
+            assert fresh != first and start.starts == 2
+            assert start.running() == 4  # the old one still runs the first command
+    await until(lambda: start.running() == 2)  # the old one went with its last lease
+    async with registry.lease(KEY, IDENTITY) as again:
+        assert again == fresh and start.starts == 2
+    registry.release(KEY.workspace)
+    await until(lambda: start.running() == 0)
+
 async def test_a_dropped_registry_kills_its_containers_and_refuses_leases(stand_ins: Callable[..., StandIns]) -> None:
     start = stand_ins()
-    registry = SessionContainers(start, idle_s=300)
+    registry = SessionContainers(start, idle_s=300, max_age_s=3600)
     async with registry.lease(KEY, IDENTITY):
         pass
     pool = registry._pool
