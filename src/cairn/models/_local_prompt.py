@@ -39,6 +39,7 @@ __all__ = [
     "render_commands_in_file_reminder",
     "render_copy_reminder",
     "render_empty_file_reminder",
+    "render_not_done",
     "render_prompt",
     "render_syntax_reminder",
     "render_tools",
@@ -424,11 +425,17 @@ def check_turn(request: ModelRequest) -> tuple[str, list[str]]:
     reminder = (
         "Before you answer, check your work against the request.\n"
         f"The request: {asked}\n"
-        f"Your tool calls for it so far:\n{done}\n"
-        + "".join(f"Not done yet: {problem}.\n" for problem in unfinished)
+        f"Your tool calls for it so far:\n{done}"
+        + render_not_done(unfinished)
+        + "\n"
         + ending
     )
     return reminder, unfinished
+
+
+def render_not_done(unfinished: Sequence[str]) -> str:
+    """The parts `check_turn` found undone, one line each, every line after a line break."""
+    return "".join(f"\nNot done yet: {problem}." for problem in unfinished)
 
 
 def render_check_reminder(request: ModelRequest) -> str:

@@ -50,6 +50,7 @@ from cairn.models._local_prompt import (
     render_commands_in_file_reminder,
     render_copy_reminder,
     render_empty_file_reminder,
+    render_not_done,
     render_prompt,
     render_syntax_reminder,
     render_unchanged_file_reminder,
@@ -259,7 +260,7 @@ class LocalModel(Model):
                 # under one thought). While the check sees such a part, the reminder names
                 # it and one more call is allowed before only the answer is.
                 unfinished = check_turn(request)[1]
-                reminder = _REPEAT_REMINDER + "".join(f"\nNot done yet: {part}." for part in unfinished)
+                reminder = _REPEAT_REMINDER + render_not_done(unfinished)
                 allow_tools, may_answer, must_call = repeats < (3 if unfinished else 2), True, False
                 continue
             if isinstance(reply, ToolCallReply) and not is_content_sent_back:
@@ -386,7 +387,7 @@ def _send_back(reply: ToolCallReply, request: ModelRequest) -> str | None:
     # reminder's words.
     if last_written(request.input, path) == content and (unfinished := check_turn(request)[1]):
         _log.info("local model tried to save %s unchanged; sending it back", path)
-        return render_unchanged_file_reminder(reply.name, path) + "".join(f"\nNot done yet: {part}." for part in unfinished)
+        return render_unchanged_file_reminder(reply.name, path) + render_not_done(unfinished)
     if (original := copied_from(request.input, path, content)) is not None:
         _log.info("local model tried to save %s as a copy of %s with other content; sending it back", path, original)
         return render_copy_reminder(reply.name, path, original, _runner_name(request.tools))

@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 # A container that dies as soon as it is started (twice over) is not started a third time.
 _STARTS = 2
 
+
 @dataclass(frozen=True, slots=True)
 class ContainerKey:
     workspace: str  # host path

@@ -140,7 +140,6 @@ async def test_an_idle_container_is_reaped_but_a_leased_one_is_not(stand_ins: Ca
         assert start.starts == 2
 
 
-
 async def test_a_container_past_its_maximum_age_is_replaced_after_its_last_command(
     stand_ins: Callable[..., StandIns],
 ) -> None:
@@ -159,6 +158,7 @@ async def test_a_container_past_its_maximum_age_is_replaced_after_its_last_comma
         assert again == fresh and start.starts == 2
     registry.release(KEY.workspace)
     await until(lambda: start.running() == 0)
+
 
 async def test_a_dropped_registry_kills_its_containers_and_refuses_leases(stand_ins: Callable[..., StandIns]) -> None:
     start = stand_ins()
