@@ -27,14 +27,14 @@ import secrets
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
 import sqlalchemy as sa
 
+from _loop_lag import idle_loop_lag_ms, with_loop_lag
 from cairn.blobs import BlobStore
-from cairn.engine.blob_gc import BlobGcReport, collect_blob_garbage
+from cairn.engine.blob_gc import collect_blob_garbage
 from cairn.store.db import Database
 from cairn.store.migrate import upgrade
 from cairn.store.tables import artifacts, sessions
@@ -82,26 +82,6 @@ def _walk(root: Path) -> int:
     return seen
 
 
-async def _with_lag(work: Callable[[], Awaitable[BlobGcReport]]) -> tuple[float, float, BlobGcReport]:
-    """(seconds, worst event-loop lag in ms, report) of one sweep."""
-    lags: list[float] = []
-    done = anyio.Event()
-
-    async def ticker() -> None:
-        while not done.is_set():
-            before = time.perf_counter()
-            await anyio.sleep(0.005)
-            lags.append(time.perf_counter() - before - 0.005)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(ticker)
-        start = time.perf_counter()
-        report = await work()
-        elapsed = time.perf_counter() - start
-        done.set()
-    return elapsed, max(lags, default=0.0) * 1000, report
-
-
 async def _run(url: str, args: argparse.Namespace) -> None:
     db = Database(url)
     await upgrade(db)
@@ -117,24 +97,20 @@ async def _run(url: str, args: argparse.Namespace) -> None:
         # The setup's own garbage would otherwise fall due in the first sweep measured: a
         # full collection of Python's cyclic garbage collector pauses the loop ~100 ms here.
         gc.collect()
-        async def idle() -> BlobGcReport:
-            await anyio.sleep(0.5)
-            return BlobGcReport()
-
-        _, idle_lag, _ = await _with_lag(idle)
+        idle_lag = await idle_loop_lag_ms()
         walks, steady, steady_lag = [], [], []
         for _ in range(args.repeats):
             start = time.perf_counter()
             assert _walk(blobs.root) == args.blobs
             walks.append(time.perf_counter() - start)
-            elapsed, lag, report = await _with_lag(lambda: collect_blob_garbage(db, blobs, grace_s=3600))
+            elapsed, lag, report = await with_loop_lag(lambda: collect_blob_garbage(db, blobs, grace_s=3600))
             assert report.blobs_deleted == 0 and report.blobs_scanned == args.blobs
             steady.append(elapsed)
             steady_lag.append(lag)
         doomed = digests[: args.blobs * args.deleted // 100]
         async with db.write() as conn:
             await conn.execute(sa.delete(artifacts).where(artifacts.c.sha256.in_(doomed)))
-        elapsed, lag, report = await _with_lag(lambda: collect_blob_garbage(db, blobs, grace_s=3600))
+        elapsed, lag, report = await with_loop_lag(lambda: collect_blob_garbage(db, blobs, grace_s=3600))
         assert report.blobs_deleted == len(doomed), report
     await db.dispose()
     walk_s, steady_s = statistics.median(walks), statistics.median(steady)

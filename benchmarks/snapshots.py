@@ -11,7 +11,12 @@ Builds the issue-4 workspace (2,000 random files of 1-8 KiB in 20 directories + 
           `dd` of as many MiB as the tree holds with `conv=fdatasync` (the disk's durable-write
           floor), and a raw read of every file (`cat > /dev/null`)
 
-and the peak RSS above the pre-operation baseline (the kernel's high-water mark, reset before
+Then 50 sessions persist at once (20 x 16 KiB files each, every tenth with a 9 MiB file, like
+`tests/unit/snapshots/test_snapshot_event_loop.py`), SDK against Cairn, while a ticker on the
+same event loop records how late it wakes: the worst lag is how long every other request of a
+server would have waited (the ticker alone on an idle loop is printed for scale).
+
+It also reports the peak RSS above the pre-operation baseline (the kernel's high-water mark, reset before
 each round: exact, and no sampling thread competing for the GIL). Both sides start every round
 from the same state: dirty pages flushed (`sync`), outside the timing, and an empty snapshot
 store for the persists (the SDK's previous tar is removed, as Cairn's store is; replacing it
@@ -34,10 +39,12 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import anyio
+from _loop_lag import idle_loop_lag_ms, with_loop_lag
 
 from cairn.snapshots import (
     ContentAddressedSnapshotStore,
@@ -50,6 +57,7 @@ from cairn.snapshots import (
 from cairn.snapshots.stat_cache import StatCache
 
 MIB = 1024 * 1024
+CONCURRENT_SESSIONS = 50
 SCOPE = SnapshotScope("bench", "session")
 TARGETS = {
     "persist_speedup": 5.0,
@@ -274,6 +282,81 @@ async def bench_cairn(workspace: Path, scratch: Path, rounds: int) -> list[Measu
     return [cold, incremental_m, restored, skipped]
 
 
+def build_small_workspaces(root: Path) -> list[Path]:
+    """The 50 workspaces of the concurrent persists."""
+    workspaces = []
+    rng = random.Random(50)
+    for index in range(CONCURRENT_SESSIONS):
+        workspace = root / f"ws-{index:02d}"
+        workspace.mkdir(parents=True)
+        for number in range(20):
+            (workspace / f"file-{number:02d}").write_bytes(rng.randbytes(16 * 1024))
+        (workspace / "large").write_bytes(rng.randbytes(9 * MIB if index % 10 == 0 else 1000))
+        workspaces.append(workspace)
+    return workspaces
+
+
+@dataclass
+class LagMeasurement:
+    name: str
+    seconds: list[float]
+    lag_ms: list[float]
+
+
+async def concurrent_persists(workspaces: list[Path], scratch: Path, rounds: int) -> list[LagMeasurement]:
+    """Wall time and worst loop lag of all `workspaces` persisting at once, SDK and Cairn."""
+    from agents.sandbox.manifest import Manifest
+    from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
+    from agents.sandbox.snapshot import LocalSnapshotSpec
+
+    client = UnixLocalSandboxClient()
+    sdk = LagMeasurement(f"SDK, {len(workspaces)} sessions stop() at once", [], [])
+    cairn = LagMeasurement(f"Cairn, {len(workspaces)} sessions persist at once", [], [])
+    for _ in range(rounds):
+        shutil.rmtree(scratch / "sdk-concurrent", ignore_errors=True)
+        sessions = []
+        for index, workspace in enumerate(workspaces):
+            session = await client.create(
+                snapshot=LocalSnapshotSpec(base_path=scratch / "sdk-concurrent" / str(index)),
+                manifest=Manifest(root=str(workspace)),
+            )
+            await session.start()
+            sessions.append(session)
+        settle_disk()
+        elapsed, lag, _ = await with_loop_lag(partial(all_at_once, [session.stop for session in sessions]))
+        sdk.seconds.append(elapsed)
+        sdk.lag_ms.append(lag)
+        for session in sessions:
+            await session.shutdown()
+
+        shutil.rmtree(scratch / "cairn-concurrent", ignore_errors=True)
+        store = ContentAddressedSnapshotStore(LocalObjectStore(scratch / "cairn-concurrent"))
+        persists = [
+            partial(store.persist, PersistRequest(SnapshotScope("bench", f"s{i}"), workspace, manifest_digest="m"))
+            for i, workspace in enumerate(workspaces)
+        ]
+        settle_disk()
+        elapsed, lag, _ = await with_loop_lag(partial(all_at_once, persists))
+        cairn.seconds.append(elapsed)
+        cairn.lag_ms.append(lag)
+        await store.aclose()
+    return [sdk, cairn]
+
+
+async def all_at_once(calls: list[Callable[[], Awaitable[Any]]]) -> None:
+    async with anyio.create_task_group() as tg:
+        for call in calls:
+            tg.start_soon(call)
+
+
+def report_concurrent(idle_lag_ms: float, rows: list[LagMeasurement]) -> None:
+    print(f"\n{'concurrent persists':<46} {'median s':>8} {'worst loop lag, median ms':>26}  rounds (s / ms)")
+    print(f"{'idle loop (the ticker alone, for scale)':<46} {'':>8} {idle_lag_ms:26.1f}")
+    for row in rows:
+        rounds = ", ".join(f"{s:.2f}/{lag:.0f}" for s, lag in zip(row.seconds, row.lag_ms, strict=True))
+        print(f"{row.name:<46} {statistics.median(row.seconds):8.3f} {statistics.median(row.lag_ms):26.1f}  [{rounds}]")
+
+
 def _lifecycle(store: ContentAddressedSnapshotStore, workspace: Path, state: Path) -> WorkspaceLifecycle:
     return WorkspaceLifecycle(store=store, scope=SCOPE, workspace=workspace, manifest_digest="m", state_path=state)
 
@@ -354,6 +437,9 @@ async def main(rounds: int, keep: bool) -> int:
         cairn_rows = await bench_cairn(workspace, scratch, rounds)
         sdk_rows = await bench_sdk(workspace, scratch, rounds)
         report(total, [*sdk_rows, *cairn_rows, *physical])
+        small = build_small_workspaces(scratch / "concurrent")
+        idle_lag = await idle_loop_lag_ms()
+        report_concurrent(idle_lag, await concurrent_persists(small, scratch, rounds))
         return 0
     finally:
         if keep:

@@ -166,19 +166,16 @@ async def test_slow_and_stalled_subscribers_block_neither_the_writer_nor_others(
         async with anyio.create_task_group() as tg:
             tg.start_soon(fast.run)
             tg.start_soon(slow.run)
-            started = time.monotonic()
+            # A writer or a fast reader held up by the stalled subscriber would never get through:
+            # the stalled one reads nothing until both are done.
             with anyio.fail_after(30):
                 await _append(rt, session_id, total)
-                appended_s = time.monotonic() - started
                 await fast.reached.wait()
-            fast_s = time.monotonic() - started
-            # The slow reader is far behind when the writer is done, and still gets everything.
-            assert len(slow.seqs) < total
+            # The slow one overflows its inbox while it reads and still gets everything.
             with anyio.fail_after(30):
                 await slow.reached.wait()
             tg.cancel_scope.cancel()
         assert fast.seqs == slow.seqs == list(range(1, total + 1))
-        assert fast_s < appended_s + 1.0, (appended_s, fast_s)
         assert all(s._buffered <= 200 for s in notifier._subscriptions[session_id])
         rest: list[int] = []
         with anyio.fail_after(30):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,8 +55,29 @@ async def test_blocking_work_runs_on_worker_threads(tmp_path: Path, monkeypatch:
     assert loop_thread not in ran_on.values()
 
 
-async def test_50_concurrent_persists_keep_the_loop_responsive(tmp_path: Path) -> None:
-    store = ContentAddressedSnapshotStore(LocalObjectStore(tmp_path / "store"), max_workers=4)
+async def test_50_concurrent_persists_run_bounded_and_off_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most `max_operations` persists run at once (more threads doing Python work starve the
+    loop of the GIL), and the loop keeps running while they do. The loop's lag itself is a figure
+    of `benchmarks/snapshots.py`, not a timed assertion here."""
+    import cairn.snapshots.content_store as content_store
+
+    running, peak, ticks_while_running = 0, 0, 0
+    guard = threading.Lock()
+    original = content_store.persist_workspace
+
+    def counted(*args: object, **kwargs: object) -> object:
+        nonlocal running, peak
+        with guard:
+            running += 1
+            peak = max(peak, running)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            with guard:
+                running -= 1
+
+    monkeypatch.setattr(content_store, "persist_workspace", counted)
+    store = ContentAddressedSnapshotStore(LocalObjectStore(tmp_path / "store"), max_workers=4, max_operations=2)
     workspaces = []
     for index in range(50):
         workspace = tmp_path / f"ws-{index}"
@@ -66,15 +86,14 @@ async def test_50_concurrent_persists_keep_the_loop_responsive(tmp_path: Path) -
             (workspace / f"file-{number}").write_bytes(os.urandom(16 * 1024))
         (workspace / "large").write_bytes(os.urandom(9 * 1024 * 1024 if index % 10 == 0 else 1000))
         workspaces.append(workspace)
-    worst_lag = 0.0
     done = anyio.Event()
 
     async def ticker() -> None:
-        nonlocal worst_lag
+        # A persist run on the loop thread would start and end between two ticks: never seen running.
+        nonlocal ticks_while_running
         while not done.is_set():
-            before = time.perf_counter()
-            await anyio.sleep(0.005)
-            worst_lag = max(worst_lag, time.perf_counter() - before - 0.005)
+            await anyio.sleep(0.001)
+            ticks_while_running += running > 0
 
     async def persist(index: int) -> None:
         scope = SnapshotScope("tenant", f"session-{index}")
@@ -87,8 +106,9 @@ async def test_50_concurrent_persists_keep_the_loop_responsive(tmp_path: Path) -
                 for index in range(50):
                     persists.start_soon(persist, index)
             done.set()
+        for index in range(50):
+            assert len(await store.list_snapshots(SnapshotScope("tenant", f"session-{index}"))) == 1
     finally:
         await store.aclose()
-    # About 15 ms on an idle 2-CPU machine (0.4 s before persists were bounded per process);
-    # the bound is loose because test machines are shared.
-    assert worst_lag < 0.3, f"the event loop stalled for {worst_lag:.3f} s"
+    assert peak <= 2
+    assert ticks_while_running > 0
