@@ -86,9 +86,9 @@ def _record(row: sa.Row[Any]) -> ItemRecord:
     return ItemRecord(**row._asdict())
 
 
-_INSERT = Prepared(
-    sa.insert(items).returning(items.c.position), column_keys=[f for f in ItemRecord.__slots__ if f != "position"]
-)
+# Every field but the position, which the database assigns.
+_INSERTED = tuple(f for f in ItemRecord.__slots__ if f != "position")
+_INSERT = Prepared(sa.insert(items).returning(items.c.position), column_keys=_INSERTED)
 _UPDATE = Prepared(
     sa.update(items)
     .where(items.c.id == sa.bindparam("item_id"))
@@ -97,7 +97,7 @@ _UPDATE = Prepared(
 
 
 async def insert_item(conn: Connection, record: ItemRecord) -> ItemRecord:
-    values = {f: getattr(record, f) for f in ItemRecord.__slots__ if f != "position"}
+    values = {f: getattr(record, f) for f in _INSERTED}
     position = await _INSERT.scalar(conn, values)
     return ItemRecord(**{**values, "position": int(position)})
 
