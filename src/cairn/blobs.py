@@ -16,6 +16,7 @@ may store and collect at once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
@@ -230,11 +231,8 @@ def _regular(entry: os.DirEntry[str], name: str, sha256: str | None) -> BlobFile
     return BlobFile(name, sha256, st.st_size, st.st_mtime)
 
 
-def _link_unless_present(source: Path, target: Path) -> bool:
-    """Give `source` the name `target`; False (and no change) if `target` exists, which means a
-    publish stored the same content again meanwhile: that copy is the newer one."""
-    try:
+def _link_unless_present(source: Path, target: Path) -> None:
+    """Give `source` the name `target`, unless `target` exists: then a publish stored the same
+    content again meanwhile, and that copy is the newer one."""
+    with contextlib.suppress(FileExistsError):
         os.link(source, target)
-    except FileExistsError:
-        return False
-    return True
