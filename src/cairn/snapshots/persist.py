@@ -11,7 +11,8 @@ Each file is read once: its bytes are hashed while they are copied into a pack. 
 cache vouches for are not read at all, and content the tenant already stored (same digest) is
 referenced, not copied. Small files share packs; a file above `SMALL_FILE_LIMIT` streams into
 a pack of its own on a worker thread, which is aborted if its digest turns out to be known.
-Memory is bounded by `SMALL_FILE_LIMIT` plus one chunk per worker, whatever the workspace size.
+Memory is bounded by `SMALL_FILE_LIMIT` plus one chunk per worker, and by the write buffers of
+at most `_MAX_FILLED_PACKS` filled packs plus one per worker, whatever the workspace size.
 """
 
 from __future__ import annotations
@@ -50,7 +51,12 @@ SHARED_PACK_TARGET = 32 * 1024 * 1024
 # threads doing that take turns on the GIL at a cost above the work itself (2,000 files of
 # 1-8 KiB: 0.15-0.17 s on one thread, 0.21-0.25 s on three). Batches of bigger files are
 # mostly hashing, which runs without the GIL, so those do spread over the threads.
-_SMALL_BATCH_BYTES = 32 * 1024 * 1024
+# A batch closes once it reaches this, so it fills one shared pack (up to one file beyond it).
+_SMALL_BATCH_BYTES = SHARED_PACK_TARGET
+# Filled packs wait to be committed together at the end, so that their fsyncs overlap; past
+# this many, the oldest is committed at once by the thread that filled the newest. Each open
+# pack holds a file (and its 256 KiB buffer) or, on S3, up to a part of unsent bytes.
+_MAX_FILLED_PACKS = 8
 _COPY_CHUNK = 1024 * 1024
 
 Progress = Callable[[int, int], None]
@@ -114,8 +120,9 @@ def _encode_line(entry: TreeEntry | ScannedEntry, blob: BlobLocation | StoredBlo
 class _Storer:
     """The content-storing half of one persist.
 
-    Packs are filled while content is hashed and committed together afterwards
-    (`commits()`), so their fsyncs wait on the disk side by side, next to the tree's.
+    Packs are filled while content is hashed and the last `_MAX_FILLED_PACKS` of them are
+    committed together afterwards (`commits()`), so their fsyncs wait on the disk side by
+    side, next to the tree's.
     """
 
     def __init__(self, objects: ObjectStore, index: BlobIndex, total: int, progress: Progress | None) -> None:
@@ -124,6 +131,7 @@ class _Storer:
         self._lock = threading.Lock()
         self._pending: dict[str, StoredBlob] = {}
         self._open_packs: set[PackWriter] = set()
+        self._filled: list[PackWriter] = []  # open packs that take no more blobs, oldest first
         self.packs: list[PackIndex] = []
         self.new_bytes = 0
         self._done = 0
@@ -156,8 +164,7 @@ class _Storer:
             digest = hashlib.sha256(data).hexdigest()
             location = self._known(digest)
             if location is None:
-                if shared is None or shared.size >= SHARED_PACK_TARGET:
-                    # A full pack just stays open until `commits()`; the batch starts a new one.
+                if shared is None:
                     shared = self._open_pack()
                 shared.write(data)
                 location = shared.end_blob(digest)
@@ -166,6 +173,8 @@ class _Storer:
                     self.new_bytes += len(data)
             self._advance(len(data))
             stored.append(location)
+        if shared is not None:
+            self._fill(shared)
         return stored
 
     def store_large(self, path: str, entry: ScannedEntry, buffer: bytearray) -> StoredBlob:
@@ -192,7 +201,9 @@ class _Storer:
             raise
         with self._lock:
             self.new_bytes += location.length
-            return self._pending.setdefault(hexdigest, location)
+            location = self._pending.setdefault(hexdigest, location)
+        self._fill(pack)
+        return location
 
     def _open_pack(self) -> PackWriter:
         pack = PackWriter(self._objects, self._index.tenant_id)
@@ -205,10 +216,21 @@ class _Storer:
             self._open_packs.discard(pack)
         pack.abort()
 
-    def commits(self) -> list[Callable[[], None]]:
-        """One task per filled pack: commit it. Call once every content task is done."""
+    def _fill(self, pack: PackWriter) -> None:
+        """`pack` takes no more blobs: leave it for `commits()`, committing the oldest filled
+        pack now if too many wait."""
         with self._lock:
-            return [functools.partial(self._commit, pack) for pack in self._open_packs]
+            self._filled.append(pack)
+            oldest = self._filled.pop(0) if len(self._filled) > _MAX_FILLED_PACKS else None
+        if oldest is not None:
+            self._commit(oldest)
+
+    def commits(self) -> list[Callable[[], None]]:
+        """One task per filled pack not committed yet: commit it. Call once every content
+        task is done (every pack still open is filled then)."""
+        with self._lock:
+            filled, self._filled = self._filled, []
+        return [functools.partial(self._commit, pack) for pack in filled]
 
     def _commit(self, pack: PackWriter) -> None:
         index = pack.commit()

@@ -19,7 +19,9 @@ from cairn.snapshots import (
     SnapshotScope,
 )
 from cairn.snapshots import layout
+from cairn.snapshots import persist as persist_module
 from cairn.snapshots._parallel import run_tasks
+from cairn.snapshots.packs import PackWriter
 
 SCOPE = SnapshotScope("tenant", "session")
 MIB = 1024 * 1024
@@ -127,3 +129,50 @@ async def test_a_corrupt_large_blob_leaves_the_workspace_untouched(
     assert sorted(os.listdir(target)) == ["keep.txt"]
     assert (target / "keep.txt").read_text() == "mine"
     assert sorted(os.listdir(tmp_path)) == ["live", "store", "ws"], "staging left behind"
+
+
+@pytest.mark.anyio
+async def test_packs_left_open_stay_bounded_however_many_files_need_one(
+    store: ContentAddressedSnapshotStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With the large-file limit lowered, each of 60 files streams into a pack of its own;
+    # unbounded, all 60 would stay open (a file and its buffer, or unsent S3 bytes, each)
+    # until the persist ends.
+    monkeypatch.setattr(persist_module, "SMALL_FILE_LIMIT", 1024)
+    open_now = peak = 0
+    lock = threading.Lock()
+    opened, committed, aborted = PackWriter.__init__, PackWriter.commit, PackWriter.abort
+
+    def counting_init(self: PackWriter, *args: object) -> None:
+        nonlocal open_now, peak
+        opened(self, *args)  # type: ignore[arg-type]
+        with lock:
+            open_now += 1
+            peak = max(peak, open_now)
+
+    def closing(method):  # type: ignore[no-untyped-def]
+        def wrapper(self: PackWriter) -> object:
+            nonlocal open_now
+            with lock:
+                open_now -= 1
+            return method(self)
+
+        return wrapper
+
+    monkeypatch.setattr(PackWriter, "__init__", counting_init)
+    monkeypatch.setattr(PackWriter, "commit", closing(committed))
+    monkeypatch.setattr(PackWriter, "abort", closing(aborted))
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    files = {f"f{index:02d}": os.urandom(2048) for index in range(60)}
+    for name, data in files.items():
+        (workspace / name).write_bytes(data)
+    result = await store.persist(PersistRequest(scope=SCOPE, workspace=workspace, manifest_digest="m"))
+    assert result is not None and len(result.snapshot.packs) == 60
+    threads = 1 + 2  # the calling thread and the store's two workers
+    assert peak <= persist_module._MAX_FILLED_PACKS + threads, peak
+    assert open_now == 0
+    target = tmp_path / "restored" / "ws"
+    await store.restore(SCOPE, target)
+    for name, data in files.items():
+        assert (target / name).read_bytes() == data, name
