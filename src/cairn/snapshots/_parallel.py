@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from typing import TypeVar
 
-__all__ = ["run_tasks"]
+__all__ = ["run_calls", "run_tasks"]
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -37,7 +37,7 @@ def run_tasks(
 ) -> list[S]:
     """Call `work(task, state)` for every task; returns the per-thread states that were used.
 
-    `make_state(lane)` builds a thread's private state (a buffer, a pack lane) the first time
+    `make_state(lane)` builds a thread's private state (a buffer) the first time
     that thread takes a task; lane 0 is the calling thread.
     """
     lock = threading.Lock()
@@ -82,3 +82,8 @@ def run_tasks(
     if failed:
         raise failed[0]
     return states
+
+
+def run_calls(executor: Executor, calls: Sequence[Callable[[], None]]) -> None:
+    """Run each of a few independent calls, side by side, under the rules of `run_tasks`."""
+    run_tasks(executor, calls, lambda call, _state: call(), lambda _lane: None)

@@ -31,7 +31,7 @@ from typing import Any
 
 from cairn.snapshots import layout
 from cairn.snapshots._content import iter_stored_content_into, open_for_read, read_small_content, stored_length
-from cairn.snapshots._parallel import run_tasks
+from cairn.snapshots._parallel import run_calls, run_tasks
 from cairn.snapshots.errors import PersistFailedError
 from cairn.snapshots.exclusions import Exclusions
 from cairn.snapshots.fingerprint import FINGERPRINT_VERSION, compute_fingerprint
@@ -315,7 +315,7 @@ def _persist(objects: ObjectStore, index: BlobIndex, executor: Executor, request
         _store_content(executor, storer, str(request.workspace), to_store, locations, open_tree)
         # Every pack's fsync and the tree's (after encoding it: the CPU work of this step) wait
         # on the disk at the same time; the header below must wait for all of them.
-        run_tasks(executor, [write_tree, *storer.commits()], lambda task, _lane: task(), lambda _lane: None)
+        run_calls(executor, [write_tree, *storer.commits()])
         storer.publish()
     except BaseException:
         storer.abort()
@@ -348,7 +348,7 @@ def _persist(objects: ObjectStore, index: BlobIndex, executor: Executor, request
 
     # The stat listing (CPU only) is computed while the header's fsync waits: run beside the
     # tree's encoding, it would hold the GIL that encoding needs.
-    run_tasks(executor, [write_header, list_tree], lambda task, _lane: task(), lambda _lane: None)
+    run_calls(executor, [write_header, list_tree])
     observations = [
         (entry.path, entry.stat_key, location.digest)
         for entry in scan.entries
