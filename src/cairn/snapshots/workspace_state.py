@@ -9,8 +9,9 @@ failures are logged and treated as "no cache" (the `_best_effort` functions).
 
 Format 2 is two lines of JSON: a small header (fingerprint, listing digest), then the stat
 cache, which is decoded only when something needs it (`StatCache.decode_later`): a skip check
-settled by the listing reads the header alone. Format 1 (one JSON document, no listing) is
-still read; it just takes the full fingerprint path once.
+settled by the listing reads the header alone. Format 1 (one JSON document, no listing) was
+only ever written with fingerprint v1, which no longer matches any new snapshot: such a file
+counts as no cache (one re-hash) and is replaced by format 2 on the next save.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ __all__ = ["CachedFingerprint", "drop_best_effort", "load_best_effort", "save_be
 logger = logging.getLogger(__name__)
 
 _FORMAT = 2
-_FORMAT_WITHOUT_LISTING = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,17 +57,12 @@ def load_best_effort(path: Path) -> CachedFingerprint | None:
         data: Any = json.loads(header)
         if not isinstance(data, dict):
             raise TypeError("the header is not a JSON object")
-        if data.get("fingerprint_version") != FINGERPRINT_VERSION:
+        if data.get("format") != _FORMAT or data.get("fingerprint_version") != FINGERPRINT_VERSION:
             return None
-        if data.get("format") == _FORMAT:
-            stat_cache = StatCache.decode_later(encoded_cache)
-            stat_listing = data["stat_listing"]
-            if stat_listing is not None and not isinstance(stat_listing, str):
-                raise TypeError("stat_listing is not a string")
-        elif data.get("format") == _FORMAT_WITHOUT_LISTING:
-            stat_cache, stat_listing = StatCache.from_json(data["stat_cache"]), None
-        else:
-            return None
+        stat_cache = StatCache.decode_later(encoded_cache)
+        stat_listing = data["stat_listing"]
+        if stat_listing is not None and not isinstance(stat_listing, str):
+            raise TypeError("stat_listing is not a string")
         return CachedFingerprint(
             snapshot_id=str(data["snapshot_id"]),
             fingerprint=str(data["fingerprint"]),

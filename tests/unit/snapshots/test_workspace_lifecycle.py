@@ -375,19 +375,19 @@ async def test_a_racy_listing_is_never_trusted(
     assert full_checks == [tmp_path / "ws"]
 
 
-async def test_an_old_format_state_file_still_works_and_is_upgraded(
-    store: ContentAddressedSnapshotStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def test_the_previous_releases_state_file_costs_one_re_hash_and_is_replaced(
+    store: ContentAddressedSnapshotStore, tmp_path: Path
 ) -> None:
     settled_cycle = await persisted_and_settled(store, tmp_path)
     header = saved_header(settled_cycle)
     stat_cache = json.loads(settled_cycle.state_path.read_bytes().partition(b"\n")[2])
     old = {key: value for key, value in header.items() if key != "stat_listing"}
-    settled_cycle.state_path.write_text(json.dumps({**old, "format": 1, "stat_cache": stat_cache}))
-    # Format 1's stat cache is still used: no unchanged file is read again.
-    monkeypatch.setattr(fingerprint_module, "hash_stored_content", lambda *args: pytest.fail("read a file"))
+    # Format 1, as the release before format 2 wrote it: one document, fingerprint v1.
+    previous = {**old, "format": 1, "fingerprint_version": "cairn-tree-sha256-v1", "stat_cache": stat_cache}
+    settled_cycle.state_path.write_text(json.dumps(previous))
     assert (await lifecycle(store, tmp_path).start()).outcome is StartOutcome.REUSED
     assert saved_header(settled_cycle)["format"] == 2
-    assert saved_header(settled_cycle)["stat_listing"] == header["stat_listing"]
+    assert saved_header(settled_cycle)["fingerprint_version"] == header["fingerprint_version"]
 
 
 BROKEN_STATE_FILES = {
