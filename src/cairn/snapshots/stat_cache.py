@@ -86,6 +86,10 @@ class StatCache:
         return len(self._decoded())
 
     def __eq__(self, other: object) -> bool:
+        # A cache is equal to itself without decoding: a start settled by the listing compares
+        # the cache it loaded with itself, and must keep reading the header alone.
+        if self is other:
+            return True
         return isinstance(other, StatCache) and self._decoded() == other._decoded()
 
     __hash__ = None  # type: ignore[assignment]  # mutable-looking contents; never a dict key
