@@ -58,9 +58,6 @@ class WorkspaceScan:
     """Computes the listing digest of this walk (None when racy, see `stat_listing`): a few
     milliseconds of CPU that a persist runs while its fsyncs wait."""
 
-    def files_without_digest(self) -> list[ScannedEntry]:
-        return [entry for entry in self.entries if entry.kind == "file" and entry.digest is None]
-
 
 def data_extents(fd: int, size: int) -> tuple[tuple[int, int], ...]:
     """The (offset, length) runs of a file that hold data, found without reading it."""
