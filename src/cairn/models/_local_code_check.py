@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cairn.models._local_tools import writes_files
 from cairn.models.base import ToolSpec
 
 __all__ = [
@@ -50,12 +51,9 @@ class PythonSyntaxProblem:
 def written_file(tool: ToolSpec | None, arguments: Mapping[str, Any]) -> tuple[str, str] | None:
     """`(path, content)` when this call saves a file with a tool that writes files.
 
-    A tool writes files when it takes a `path` and a `content` (no tool name is assumed).
+    A tool writes files when it takes a `path` and a `content` (`writes_files`).
     """
-    if tool is None:
-        return None
-    properties = (tool.parameters.get("properties") or {}).keys()
-    if not {"path", "content"} <= set(properties):
+    if tool is None or not writes_files(tool):
         return None
     path, content = arguments.get("path"), arguments.get("content")
     if not isinstance(path, str) or not isinstance(content, str):

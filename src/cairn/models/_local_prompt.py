@@ -22,6 +22,7 @@ from typing import Any
 from cairn.models._local_code_check import ignored_arguments
 from cairn.models._local_guard import last_written
 from cairn.models._local_reply import FinalAnswer, ToolCallReply, fenced_argument, offered_properties, render_reply
+from cairn.models._local_tools import runner_name, writes_files
 from cairn.models.base import (
     FunctionCallInput,
     FunctionCallOutputInput,
@@ -96,19 +97,11 @@ def _tool_roles(tools: Sequence[ToolSpec]) -> str:
     no tool name is assumed.
     """
 
-    def names(*keys: str) -> list[str]:
-        found = []
-        for tool in tools:
-            properties = set((tool.parameters.get("properties") or {}).keys())
-            if set(keys) <= properties or (keys == ("command",) and "cmd" in properties):
-                found.append(tool.name)
-        return found
-
-    runners, writers = names("command"), names("path", "content")
-    if runners and writers:
+    runner, writers = runner_name(tools), [tool.name for tool in tools if writes_files(tool)]
+    if runner is not None and writers:
         roles = (
             f"- {' and '.join(writers)} only saves the text you give it into a file; it never runs "
-            f"anything. Every command (mkdir, cp, python3, ...) must be run with {runners[0]}. "
+            f"anything. Every command (mkdir, cp, python3, ...) must be run with {runner}. "
             f"Write a program's text with {writers[0]}, never with echo, cat or touch in a command."
         )
     else:

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cairn.models._local_tools import argument_names, writes_files
 from cairn.models.base import ToolSpec
 
 __all__ = [
@@ -97,10 +98,6 @@ def offered_properties(parameters: Mapping[str, Any]) -> dict[str, Any]:
     return {name: schema for name, schema in properties.items() if name in required}
 
 
-def _argument_names(tool: ToolSpec) -> set[str]:
-    return set((tool.parameters.get("properties") or {}).keys())
-
-
 def fenced_argument(tool: ToolSpec) -> str | None:
     """The argument a call to `tool` writes as a code block after its JSON, if any.
 
@@ -121,9 +118,9 @@ def offered_tools(tools: Sequence[ToolSpec]) -> list[ToolSpec]:
     writes whole files correctly. So when a tool writes whole files (it takes a `path`
     and a `content`), a tool whose only argument is a `patch` is left out.
     """
-    if not any({"path", "content"} <= _argument_names(tool) for tool in tools):
+    if not any(writes_files(tool) for tool in tools):
         return list(tools)
-    return [tool for tool in tools if _argument_names(tool) != {"patch"}]
+    return [tool for tool in tools if argument_names(tool) != {"patch"}]
 
 
 # A path is one line of plain characters: no escapes, so no newline inside it. Measured: with

@@ -24,7 +24,7 @@ import json
 import logging
 import secrets
 from dataclasses import replace
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +72,7 @@ from cairn.models._local_runtime import (
     is_llama_cpp_installed,
     load_model,
 )
+from cairn.models._local_tools import runner_name
 from cairn.models._local_weights import CATALOGUE, LocalWeights, materialize_weights
 from cairn.models.base import (
     Model,
@@ -80,7 +81,6 @@ from cairn.models.base import (
     ModelResponse,
     TextDelta,
     ToolCall,
-    ToolSpec,
     Usage,
 )
 
@@ -377,10 +377,10 @@ def _send_back(reply: ToolCallReply, request: ModelRequest) -> str | None:
     path, content = written
     if is_shell_commands(path, content):
         _log.info("local model tried to save shell commands into %s; sending it back", path)
-        return render_commands_in_file_reminder(reply.name, path, _runner_name(request.tools))
+        return render_commands_in_file_reminder(reply.name, path, runner_name(request.tools))
     if not content.strip():
         _log.info("local model tried to save %s empty; sending it back", path)
-        return render_empty_file_reminder(reply.name, path, _runner_name(request.tools))
+        return render_empty_file_reminder(reply.name, path, runner_name(request.tools))
     # Only while something is visibly undone, and naming it (measured: told only that the
     # file was unchanged, the model wrote it unchanged again); with nothing left, the model
     # rewrote its file as a way of finishing, and once sent back, it answered with the
@@ -390,18 +390,10 @@ def _send_back(reply: ToolCallReply, request: ModelRequest) -> str | None:
         return render_unchanged_file_reminder(reply.name, path) + render_not_done(unfinished)
     if (original := copied_from(request.input, path, content)) is not None:
         _log.info("local model tried to save %s as a copy of %s with other content; sending it back", path, original)
-        return render_copy_reminder(reply.name, path, original, _runner_name(request.tools))
+        return render_copy_reminder(reply.name, path, original, runner_name(request.tools))
     if is_python_file(path) and (problem := python_syntax_error(content, path)) is not None:
         _log.info("local model wrote Python that does not compile; showing it the error")
         return render_syntax_reminder(reply.name, path, problem.describe())
-    return None
-
-
-def _runner_name(tools: Sequence[ToolSpec]) -> str | None:
-    """The tool that runs commands: the one taking a `command` (or `cmd`) argument."""
-    for tool in tools:
-        if {"command", "cmd"} & set((tool.parameters.get("properties") or {}).keys()):
-            return tool.name
     return None
 
 
