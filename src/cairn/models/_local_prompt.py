@@ -6,10 +6,11 @@ reuses the evaluated prefix (its KV cache) and a step costs only the new tokens,
 matters at 55-65 prompt tokens/s on two cores.
 
 The model's own earlier steps are rendered in exactly the form it was constrained to
-produce (`_local_reply.render_reply`; a file's content as a code block): a call's thought comes back from the engine as the
-assistant message stored just before the call, and is put back inside it. Tool results
-are Qwen's `<tool_response>` messages. The preamble is written for a 1.5B model: short, concrete, one rule a line,
-with the reply format shown rather than described; it names no particular task.
+produce (`_local_reply.render_reply`; a file's content as a code block): a call's thought
+comes back from the engine as the assistant message stored just before the call, and is put
+back inside it. Tool results are Qwen's `<tool_response>` messages. The preamble is written
+for a 1.5B model: short, concrete, one rule a line, with the JSON of a reply shown and a
+file's code block described in words (`_FENCED_FORMAT`); it names no particular task.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from typing import Any
 
 from cairn.models._local_code_check import ignored_arguments
 from cairn.models._local_guard import last_written
-from cairn.models._local_reply import FinalAnswer, ToolCallReply, fenced_argument, offered_properties, render_reply
+from cairn.models._local_reply import (
+    FinalAnswer,
+    ToolCallReply,
+    fenced_argument,
+    fenced_arguments,
+    offered_properties,
+    render_reply,
+)
 from cairn.models._local_tools import runner_name, writes_files
 from cairn.models.base import (
     FunctionCallInput,
@@ -109,12 +117,11 @@ def _tool_roles(tools: Sequence[ToolSpec]) -> str:
     return roles
 
 
-def _fenced_format(tools: Sequence[ToolSpec]) -> str | None:
-    """How a file writer's call is written (see `_local_reply`), if any tool is one."""
-    for tool in tools:
-        if fenced_argument(tool) is not None:
-            return _FENCED_FORMAT.format(tool=tool.name)
-    return None
+def _fenced_format(fenced: Mapping[str, str]) -> str | None:
+    """How a file writer's call is written (see `_local_reply`), if any tool is one (`fenced`:
+    `fenced_arguments` of the tools)."""
+    writer = next(iter(fenced), None)
+    return None if writer is None else _FENCED_FORMAT.format(tool=writer)
 
 
 def _type_name(schema: Any) -> str:
@@ -167,14 +174,13 @@ def _message(role: str, text: str) -> str:
     return f"<|im_start|>{role}\n{text}<|im_end|>\n"
 
 
-def _call_text(item: FunctionCallInput, thought: str, tools: Mapping[str, ToolSpec]) -> str:
+def _call_text(item: FunctionCallInput, thought: str, fenced: str | None) -> str:
     try:
         arguments = json.loads(item.arguments)
     except json.JSONDecodeError:
         arguments = None
     if isinstance(arguments, dict):
-        tool = tools.get(item.name)
-        return render_reply(ToolCallReply(item.name, arguments, thought), fenced_argument(tool) if tool else None)
+        return render_reply(ToolCallReply(item.name, arguments, thought), fenced)
     # Not an object: show it as the model wrote it rather than invent a structure.
     return json.dumps({"name": item.name, "arguments": item.arguments}, ensure_ascii=False)
 
@@ -220,15 +226,14 @@ def render_prompt(request: ModelRequest, *, reminder: str | None = None) -> str:
     nudge); it is never part of the stored conversation.
     """
     instructions = (request.instructions or "").strip() or _DEFAULT_INSTRUCTIONS
-    system_parts = [instructions, _FORMAT]
-    if fenced := _fenced_format(request.tools):
-        system_parts[-1] += "\n" + fenced
+    fenced = fenced_arguments(request.tools)
+    writer_format = _fenced_format(fenced)
+    system_parts = [instructions, _FORMAT if writer_format is None else f"{_FORMAT}\n{writer_format}"]
     if request.tools:
         system_parts.append(render_tools(request.tools))
     system_parts.append(_RULES.format(tool_roles=_tool_roles(request.tools)))
     parts = [_message("system", "\n\n".join(system_parts))]
     items = list(request.input)
-    tools = {tool.name: tool for tool in request.tools}
     calls: dict[str, FunctionCallInput] = {}
     for index, item in enumerate(items):
         following = items[index + 1] if index + 1 < len(items) else None
@@ -241,7 +246,7 @@ def render_prompt(request: ModelRequest, *, reminder: str | None = None) -> str:
             # else: it is the thought of the call that follows, rendered inside that call.
         elif isinstance(item, FunctionCallInput):
             thought = previous.text if isinstance(previous, MessageInput) and previous.role == "assistant" else ""
-            parts.append(_message("assistant", _call_text(item, thought, tools)))
+            parts.append(_message("assistant", _call_text(item, thought, fenced.get(item.name))))
             calls[item.call_id] = item
         elif isinstance(item, FunctionCallOutputInput):
             call = calls.get(item.call_id)

@@ -44,6 +44,7 @@ __all__ = [
     "ReplyParseError",
     "ToolCallReply",
     "fenced_argument",
+    "fenced_arguments",
     "offered_tools",
     "parse_reply",
     "reply_schema",
@@ -108,6 +109,11 @@ def fenced_argument(tool: ToolSpec) -> str | None:
     if "path" in properties and isinstance(content, Mapping) and content.get("type") == "string":
         return "content"
     return None
+
+
+def fenced_arguments(tools: Sequence[ToolSpec]) -> dict[str, str]:
+    """Tool name -> the argument its calls write as a code block, for the tools that have one."""
+    return {tool.name: argument for tool in tools if (argument := fenced_argument(tool)) is not None}
 
 
 def offered_tools(tools: Sequence[ToolSpec]) -> list[ToolSpec]:

@@ -60,7 +60,7 @@ from cairn.models._local_reply import (
     FinalAnswer,
     ReplyParseError,
     ToolCallReply,
-    fenced_argument,
+    fenced_arguments,
     offered_tools,
     parse_reply,
     reply_schema,
@@ -335,9 +335,8 @@ class LocalModel(Model):
             yield _Attempt(FinalAnswer("".join(streamed)), "".join(streamed), usage)
             return
         tool_names = [t.name for t in request.tools] if allow_tools else []
-        fenced = {t.name: argument for t in request.tools if (argument := fenced_argument(t)) is not None}
         try:
-            reply = parse_reply("".join(raw), tool_names, fenced)
+            reply = parse_reply("".join(raw), tool_names, fenced_arguments(request.tools))
         except ReplyParseError as exc:
             if is_cut_off:
                 yield _Attempt(None, "", usage, is_cut_off=True)
