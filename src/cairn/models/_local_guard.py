@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,14 +26,12 @@ from cairn.models.base import FunctionCallInput, InputItem, MessageInput
 
 __all__ = [
     "CallKey",
+    "SavedFiles",
     "TurnCalls",
     "call_key",
-    "copied_from",
     "intent_key",
     "is_looping",
-    "last_written",
     "turn_calls",
-    "written_files",
 ]
 
 CallKey = tuple[str, str]
@@ -113,47 +111,52 @@ def _file_key(path: str) -> str:
     return path.strip().removeprefix("/workspace/").removeprefix("./")
 
 
-def written_files(items: Sequence[InputItem]) -> dict[str, str]:
+class SavedFiles:
     """Each path the conversation's calls saved, as they spelled it last, with the content
-    the last such call gave it. A saving call has a `path` and a string `content`."""
-    files: dict[str, tuple[str, str]] = {}
-    for item in items:
+    the last such call gave it. A saving call has a string `path` and a string `content`.
+
+    Fed one item at a time (`add`), so a prompt can ask what was saved as of each point of
+    the conversation without reading it from the start again.
+    """
+
+    def __init__(self, items: Iterable[InputItem] = ()) -> None:
+        self._files: dict[str, tuple[str, str]] = {}  # `_file_key` -> (path as spelled, content)
+        for item in items:
+            self.add(item)
+
+    def add(self, item: InputItem) -> None:
         if not isinstance(item, FunctionCallInput):
-            continue
+            return
         try:
             arguments = json.loads(item.arguments)
         except json.JSONDecodeError:
-            continue
+            return
         if isinstance(arguments, dict) and isinstance(arguments.get("content"), str):
             if isinstance(arguments.get("path"), str):
-                files[_file_key(arguments["path"])] = (arguments["path"], arguments["content"])
-    return dict(files.values())
+                self._files[_file_key(arguments["path"])] = (arguments["path"], arguments["content"])
 
+    def content_of(self, path: str) -> str | None:
+        """The content the last call saving `path` gave it, if any call did.
 
-def last_written(items: Sequence[InputItem], path: str) -> str | None:
-    """The content the conversation's last call saving `path` gave it, if any call did.
+        Measured: after a failed run, the model "fixed" the file by writing the same content
+        again, which the repeat guard does not see (a run came in between).
+        """
+        saved = self._files.get(_file_key(path))
+        return None if saved is None else saved[1]
 
-    Measured: after a failed run, the model "fixed" the file by writing the same content
-    again, which the repeat guard does not see (a run came in between).
-    """
-    wanted = _file_key(path)
-    return next((content for known, content in written_files(items).items() if _file_key(known) == wanted), None)
+    def copied_from(self, path: str, content: str) -> str | None:
+        """The saved file that writing `content` to `path` looks like a failed copy of.
 
-
-def copied_from(items: Sequence[InputItem], path: str, content: str) -> str | None:
-    """The saved file that writing `content` to `path` looks like a failed copy of.
-
-    That is another path with the same file name whose content differs. Measured: asked
-    to copy tree.py to outputs/, the model wrote outputs/tree.py itself, once with its
-    own answer as the content, once with an older version of the script.
-    """
-    wanted = _file_key(path)
-    name = wanted.rsplit("/", 1)[-1]
-    for known, saved in written_files(items).items():
-        key = _file_key(known)
-        if key != wanted and key.rsplit("/", 1)[-1] == name and saved != content:
-            return known
-    return None
+        That is another path with the same file name whose content differs. Measured: asked
+        to copy tree.py to outputs/, the model wrote outputs/tree.py itself, once with its
+        own answer as the content, once with an older version of the script.
+        """
+        wanted = _file_key(path)
+        name = wanted.rsplit("/", 1)[-1]
+        for key, (known, saved) in self._files.items():
+            if key != wanted and key.rsplit("/", 1)[-1] == name and saved != content:
+                return known
+        return None
 
 
 # A reply whose last _LOOP_SPAN characters repeat a block of at most _LOOP_PERIOD

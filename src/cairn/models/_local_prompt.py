@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cairn.models._local_code_check import ignored_arguments
-from cairn.models._local_guard import last_written
+from cairn.models._local_guard import SavedFiles
 from cairn.models._local_reply import (
     FinalAnswer,
     ToolCallReply,
@@ -34,7 +34,6 @@ from cairn.models._local_tools import runner_name, writes_files
 from cairn.models.base import (
     FunctionCallInput,
     FunctionCallOutputInput,
-    InputItem,
     MessageInput,
     ModelRequest,
     ToolSpec,
@@ -191,12 +190,12 @@ _NOT_FOUND = re.compile(r"(?:^|: )([\w.+-]+): (?:command )?not found$", re.MULTI
 _USUAL_NAMES = {"python": "python3", "pip": "pip3"}
 
 
-def call_notes(call: FunctionCallInput, output: str, earlier: Sequence[InputItem]) -> list[str]:
+def call_notes(call: FunctionCallInput, output: str, saved: SavedFiles) -> list[str]:
     """What a command's output does not say but the model needs to know, read from the call.
 
     Shown after the tool's result, and counted by the check: a program that does not exist
     under the name used, and a Python script that exited 0 although its source (as the
-    conversation saved it, in `earlier`) never reads the arguments it was run with.
+    conversation had saved it before the call, `saved`) never reads the arguments it was run with.
     """
     try:
         arguments = json.loads(call.arguments)
@@ -211,7 +210,7 @@ def call_notes(call: FunctionCallInput, output: str, earlier: Sequence[InputItem
             notes.append(f"There is no {missing} command here: use {_USUAL_NAMES[missing]}.")
     if _exit_code(output) != 0:  # a crash is the first thing to fix, and says so itself
         return notes
-    for script, ignored in ignored_arguments(command, lambda path: last_written(earlier, path)):
+    for script, ignored in ignored_arguments(command, saved.content_of):
         notes.append(
             f"{script} never reads its command-line arguments (it uses neither sys.argv nor argparse), "
             f"so {' '.join(ignored)} changed nothing."
@@ -235,6 +234,7 @@ def render_prompt(request: ModelRequest, *, reminder: str | None = None) -> str:
     parts = [_message("system", "\n\n".join(system_parts))]
     items = list(request.input)
     calls: dict[str, FunctionCallInput] = {}
+    saved = SavedFiles()
     for index, item in enumerate(items):
         following = items[index + 1] if index + 1 < len(items) else None
         previous = items[index - 1] if index > 0 else None
@@ -248,9 +248,10 @@ def render_prompt(request: ModelRequest, *, reminder: str | None = None) -> str:
             thought = previous.text if isinstance(previous, MessageInput) and previous.role == "assistant" else ""
             parts.append(_message("assistant", _call_text(item, thought, fenced.get(item.name))))
             calls[item.call_id] = item
+            saved.add(item)
         elif isinstance(item, FunctionCallOutputInput):
             call = calls.get(item.call_id)
-            notes = call_notes(call, item.output, items[:index]) if call is not None else []
+            notes = call_notes(call, item.output, saved) if call is not None else []
             shown = "".join(f"\nNote: {note}" for note in notes)
             parts.append(_message("user", f"<tool_response>\n{_clip(item.output)}\n</tool_response>{shown}"))
     if reminder:
@@ -403,13 +404,14 @@ def check_turn(request: ModelRequest) -> tuple[str, list[str]]:
     outputs = {item.call_id: item.output for item in items if isinstance(item, FunctionCallOutputInput)}
     lines = []
     calls: list[tuple[str, str, list[str]]] = []
-    for index in range(start + 1, len(items)):
-        item = items[index]
+    saved = SavedFiles(items[: start + 1])
+    for item in items[start + 1 :]:
         if isinstance(item, FunctionCallInput):
             output = outputs.get(item.call_id, "")
-            calls.append((item.arguments, output, call_notes(item, output, items[:index])))
+            calls.append((item.arguments, output, call_notes(item, output, saved)))
             result = next((line for line in output.splitlines() if line.strip()), "no output")
             lines.append(f"- {item.name}({_brief(item.arguments)}) -> {result[:80]}")
+            saved.add(item)
     done = "\n".join(lines) or "- none yet"
     unfinished = _unfinished(asked, calls)
     if unfinished:

@@ -37,12 +37,11 @@ from cairn.errors import InvalidRequestError, ModelError
 from cairn.models._local_answer_stream import AnswerStream
 from cairn.models._local_code_check import is_python_file, is_shell_commands, python_syntax_error, written_file
 from cairn.models._local_guard import (
+    SavedFiles,
     TurnCalls,
     call_key,
-    copied_from,
     intent_key,
     is_looping,
-    last_written,
     turn_calls,
 )
 from cairn.models._local_prompt import (
@@ -384,10 +383,11 @@ def _send_back(reply: ToolCallReply, request: ModelRequest) -> str | None:
     # file was unchanged, the model wrote it unchanged again); with nothing left, the model
     # rewrote its file as a way of finishing, and once sent back, it answered with the
     # reminder's words.
-    if last_written(request.input, path) == content and (unfinished := check_turn(request)[1]):
+    saved = SavedFiles(request.input)
+    if saved.content_of(path) == content and (unfinished := check_turn(request)[1]):
         _log.info("local model tried to save %s unchanged; sending it back", path)
         return render_unchanged_file_reminder(reply.name, path) + render_not_done(unfinished)
-    if (original := copied_from(request.input, path, content)) is not None:
+    if (original := saved.copied_from(path, content)) is not None:
         _log.info("local model tried to save %s as a copy of %s with other content; sending it back", path, original)
         return render_copy_reminder(reply.name, path, original, runner_name(request.tools))
     if is_python_file(path) and (problem := python_syntax_error(content, path)) is not None:

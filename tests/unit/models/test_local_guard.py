@@ -129,9 +129,10 @@ def test_the_last_content_written_to_a_path_is_found_however_the_path_is_spelled
         write(3, "/workspace/tree.py", "two"),
         FunctionCallInput("c4", "exec_command", '{"cmd": "cat tree.py"}'),
     ]
-    assert _guard.last_written(items, "./tree.py") == "two"
-    assert _guard.last_written(items, "/workspace/other.py") == "other"
-    assert _guard.last_written(items, "new.py") is None
+    saved = _guard.SavedFiles(items)
+    assert saved.content_of("./tree.py") == "two"
+    assert saved.content_of("/workspace/other.py") == "other"
+    assert saved.content_of("new.py") is None
 
 
 def test_a_file_saved_under_another_files_name_with_other_content_looks_like_a_failed_copy() -> None:
@@ -139,7 +140,8 @@ def test_a_file_saved_under_another_files_name_with_other_content_looks_like_a_f
         MessageInput("user", "go"),
         FunctionCallInput("w1", "write_file", json.dumps({"path": "/workspace/tree.py", "content": "new"})),
     ]
-    assert _guard.copied_from(items, "outputs/tree.py", "old") == "/workspace/tree.py"
-    assert _guard.copied_from(items, "outputs/tree.py", "new") is None  # a faithful copy
-    assert _guard.copied_from(items, "tree.py", "newer") is None  # the same file, rewritten
-    assert _guard.copied_from(items, "outputs/other.py", "old") is None
+    saved = _guard.SavedFiles(items)
+    assert saved.copied_from("outputs/tree.py", "old") == "/workspace/tree.py"
+    assert saved.copied_from("outputs/tree.py", "new") is None  # a faithful copy
+    assert saved.copied_from("tree.py", "newer") is None  # the same file, rewritten
+    assert saved.copied_from("outputs/other.py", "old") is None
