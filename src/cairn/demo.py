@@ -160,7 +160,7 @@ class DemoResult:
 # a fixed directory fails), which holds this known tree.
 _CHECK_DIR = "download"
 _CHECK_FILES = ("top.txt", "level1/level2/level3/level4/deepest.txt")
-_NAMES = ("top.txt", "level1", "level2", "level3", "level4", "deepest.txt")
+_NAMES = tuple(dict.fromkeys(part for path in _CHECK_FILES for part in path.split("/")))  # every name in the tree
 # What `--max-depth N` must show and hide. Whether the top level counts as depth 0 or 1
 # is the script's choice, so each limit allows one level more than `tree -L N` shows.
 _LIMITS = {1: (("top.txt", "level1"), ("level3", "level4", "deepest.txt")), 2: (("level2",), ("level4", "deepest.txt"))}
@@ -289,7 +289,12 @@ def run_demo(*, model: str | None, output_dir: Path, data_dir: Path | None, out:
     if result.artifact is None:
         out.write("no artifact was published\n")
     else:
-        verdict = f"it does not work: {result.artifact_problem}" if result.artifact_problem else "it works (checked with --max-depth 1 and 2)"
+        checked = " and ".join(map(str, _LIMITS))
+        verdict = (
+            f"it does not work: {result.artifact_problem}"
+            if result.artifact_problem
+            else f"it works (checked with --max-depth {checked})"
+        )
         out.write(f"artifact saved to {result.artifact}; {verdict}\n")
     out.write(f"cairn demo: {'succeeded' if result.succeeded else 'FAILED'}\n")
     return result
