@@ -8,6 +8,7 @@ so memory does not grow with file size.
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 from collections.abc import Iterator
 
@@ -50,7 +51,7 @@ def iter_stored_content(fd: int, entry: ScannedEntry) -> Iterator[bytes]:
             yield chunk
 
 
-def iter_stored_content_into(fd: int, entry: ScannedEntry, buffer: bytearray) -> Iterator[memoryview]:
+def iter_stored_content_into(fd: int, entry: ScannedEntry, buffer: mmap.mmap) -> Iterator[memoryview]:
     """Like `iter_stored_content`, but every chunk is a view of `buffer`, valid until the next one.
 
     Reusing one buffer avoids allocating (and page-faulting) a fresh chunk per read.

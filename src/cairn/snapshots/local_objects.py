@@ -5,14 +5,19 @@ it into place and fsyncs the directory, so a `kill -9` or a power cut leaves eit
 state or the whole new object (design invariant 7). Temporary files are never listed, and
 `sweep_abandoned` removes those a killed writer left behind.
 
-A big object is made durable in steps while it is written (`_DurableAhead`), so that the disk
-does most of the work of the commit's fsync while the persist is still hashing.
+An object announced as large (a pack of one large file) is written with direct I/O, around
+the page cache (`_DirectWriter`, `_direct_io`), and a long range is read without staying cached
+(`_StreamingRangeReader`). Other objects go through the page cache and are made durable in
+steps while they are written (`_DurableAhead`), so that the disk does most of the work of the
+commit's fsync while the persist is still hashing.
 """
 
 from __future__ import annotations
 
 import errno
 import io
+import logging
+import mmap
 import os
 import threading
 import time
@@ -20,11 +25,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, NoReturn
 
+from cairn.snapshots._direct_io import ALIGNMENT, aligned_buffer, is_aligned, open_direct_best_effort, stop_direct
 from cairn.snapshots._fsutil import TEMP_MARKER, fsync_dir, make_dirs_durable, start_writeback, temp_name_for
 from cairn.snapshots.errors import ObjectMissingError, SnapshotStoreUnavailableError
 from cairn.snapshots.objects import ObjectInfo, ObjectReader, ObjectStore, ObjectWriter
 
 __all__ = ["LocalObjectStore"]
+
+logger = logging.getLogger(__name__)
 
 
 def _raise_unavailable(action: str, key: str, error: OSError) -> NoReturn:
@@ -43,6 +51,14 @@ _DURABLE_STEP = 16 * 1024 * 1024
 # A pack of small files receives one write per file: buffer them into few system calls
 # (chunks of a large file are bigger than this and go to the kernel directly).
 _BUFFER = 256 * 1024
+# Objects announced at least this large are written with direct I/O (`_direct_io`), and ranges
+# at least this long are read without keeping them cached (`_StreamingRangeReader`). Smaller ones
+# are not worth a device round trip per write.
+DIRECT_IO_MIN = 4 * 1024 * 1024
+# A streaming reader drops what it has read from the page cache every this many bytes.
+_DROP_STEP = 1024 * 1024
+# A direct writer gathers unaligned writes (a file's last bytes, a pack's index) here.
+_STAGE = 256 * 1024
 
 
 class _DurableAhead:
@@ -134,6 +150,113 @@ class _LocalWriter(ObjectWriter):
         self._temp.unlink(missing_ok=True)
 
 
+def _refused_direct_io(fd: int, key: str, error: OSError) -> None:
+    logger.warning("snapshot store: %r: direct I/O refused (%s); using the page cache", key, error.strerror)
+    stop_direct(fd)
+
+
+class _DirectWriter(ObjectWriter):
+    """Writes a large object with direct I/O (`_direct_io`): no page cache, no early writeback.
+
+    A chunk that starts at an aligned address (a view of an `aligned_buffer`) goes to the disk
+    from the caller's memory with no copy, all but its last `len % ALIGNMENT` bytes, as long
+    as nothing is gathered yet; anything else is gathered in a small aligned stage, written
+    whenever it fills. At commit the stage's last, partial block is written padded to
+    `ALIGNMENT` and the file truncated to its true size, then fsynced as usual: a direct write
+    is on the device when it returns, but only the fsync makes the device's write cache and
+    the file's size and extents durable (invariant 7).
+    """
+
+    def __init__(self, path: Path, key: str) -> None:
+        super().__init__()
+        self._path = path
+        self._key = key
+        self._temp = temp_name_for(path)
+        try:
+            make_dirs_durable(path.parent)
+            self._fd, self._is_direct = open_direct_best_effort(
+                str(self._temp), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+            )
+        except OSError as error:
+            _raise_unavailable("create", key, error)
+        self._stage: mmap.mmap | None = None
+        self._staged = 0
+        self._offset = 0
+
+    def _write(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        try:
+            if self._is_direct and self._staged == 0:
+                whole = len(view) - len(view) % ALIGNMENT
+                if whole and is_aligned(view):
+                    self._write_at_offset(view[:whole])
+                    view = view[whole:]
+            while view:
+                stage = self._stage if self._stage is not None else self._open_stage()
+                count = min(len(view), _STAGE - self._staged)
+                stage[self._staged : self._staged + count] = view[:count]
+                self._staged += count
+                view = view[count:]
+                if self._staged == _STAGE:
+                    self._write_stage(_STAGE)
+        except OSError as error:
+            self._abort()
+            _raise_unavailable("write", self._key, error)
+
+    def _open_stage(self) -> mmap.mmap:
+        self._stage = aligned_buffer(_STAGE)
+        return self._stage
+
+    def _write_stage(self, length: int) -> None:
+        assert self._stage is not None
+        with memoryview(self._stage) as stage:
+            self._write_at_offset(stage[:length])
+        self._staged = 0
+
+    def _write_at_offset(self, view: memoryview) -> None:
+        while view:
+            try:
+                written = os.pwrite(self._fd, view, self._offset)
+            except OSError as error:
+                if not (self._is_direct and error.errno == errno.EINVAL):
+                    raise
+                _refused_direct_io(self._fd, self._key, error)
+                self._is_direct = False
+                continue
+            self._offset += written
+            view = view[written:]
+
+    def _commit(self) -> None:
+        try:
+            end = self._offset + self._staged
+            if self._staged:
+                padded = -(-self._staged // ALIGNMENT) * ALIGNMENT if self._is_direct else self._staged
+                assert self._stage is not None
+                self._stage[self._staged : padded] = bytes(padded - self._staged)
+                self._write_stage(padded)
+                if self._offset != end:
+                    os.ftruncate(self._fd, end)
+            os.fsync(self._fd)
+            self._close()
+            os.replace(self._temp, self._path)
+            fsync_dir(self._path.parent)
+        except OSError as error:
+            self._abort()
+            _raise_unavailable("commit", self._key, error)
+
+    def _close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if self._stage is not None:
+            self._stage.close()
+            self._stage = None
+
+    def _abort(self) -> None:
+        self._close()
+        self._temp.unlink(missing_ok=True)
+
+
 class _RangeReader:
     """Reads at most `remaining` bytes of an open file; `remaining < 0` means to the end."""
 
@@ -163,6 +286,51 @@ class _RangeReader:
         self._handle.close()
 
 
+class _StreamingRangeReader:
+    """Reads a long range of a pack, leaving none of it in the page cache.
+
+    The kernel's readahead still fetches ahead of us (hinted sequential), and every page read is
+    dropped behind us (`POSIX_FADV_DONTNEED`): a restore reads each pack once, so caching it
+    would only evict live workspaces' pages, and recycling pages instead of holding the whole
+    range is what keeps it clear of the newly-touched-page cost described in `_direct_io`.
+    """
+
+    def __init__(self, fd: int, offset: int, length: int) -> None:
+        self._fd = fd
+        self._position = self._dropped = offset
+        self._remaining = length
+
+    def readinto(self, buffer: memoryview, /) -> int:
+        count = os.preadv(self._fd, [buffer[: min(len(buffer), self._remaining)]], self._position)
+        self._advance(count)
+        return count
+
+    def read(self, size: int = -1, /) -> bytes:
+        data = os.pread(self._fd, self._remaining if size < 0 else min(size, self._remaining), self._position)
+        self._advance(len(data))
+        return data
+
+    def _advance(self, count: int) -> None:
+        self._position += count
+        self._remaining -= count
+        if self._position - self._dropped >= _DROP_STEP or self._remaining <= 0:
+            os.posix_fadvise(self._fd, self._dropped, self._position - self._dropped, os.POSIX_FADV_DONTNEED)
+            self._dropped = self._position
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def _open_streaming(path: Path, offset: int, length: int) -> _StreamingRangeReader:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_SEQUENTIAL)  # a larger readahead window
+    except OSError:
+        os.close(fd)
+        raise
+    return _StreamingRangeReader(fd, offset, length)
+
+
 class LocalObjectStore(ObjectStore):
     name = "local"
 
@@ -172,11 +340,15 @@ class LocalObjectStore(ObjectStore):
     def _path(self, key: str) -> Path:
         return self.root.joinpath(*key.split("/"))
 
-    def open_writer(self, key: str) -> ObjectWriter:
+    def open_writer(self, key: str, *, size_hint: int | None = None) -> ObjectWriter:
+        if size_hint is not None and size_hint >= DIRECT_IO_MIN:
+            return _DirectWriter(self._path(key), key)
         return _LocalWriter(self._path(key), key)
 
     def open_reader(self, key: str, offset: int = 0, length: int | None = None) -> ObjectReader:
         try:
+            if length is not None and length >= DIRECT_IO_MIN:
+                return _open_streaming(self._path(key), offset, length)
             handle = open(self._path(key), "rb")
         except FileNotFoundError as error:
             raise ObjectMissingError(

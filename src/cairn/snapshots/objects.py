@@ -90,7 +90,10 @@ class ObjectStore(abc.ABC):
     name: ClassVar[str]
 
     @abc.abstractmethod
-    def open_writer(self, key: str) -> ObjectWriter: ...
+    def open_writer(self, key: str, *, size_hint: int | None = None) -> ObjectWriter:
+        """A writer for `key`. `size_hint`, the expected size when known, lets a transport pick
+        how to write (the local directory writes large objects around the page cache); the
+        object may still end up any size."""
 
     @abc.abstractmethod
     def open_reader(self, key: str, offset: int = 0, length: int | None = None) -> ObjectReader:

@@ -43,9 +43,9 @@ class StoredBlob(NamedTuple):
 class PackWriter:
     """Appends blobs to one new pack; nothing is visible until `commit()`."""
 
-    def __init__(self, objects: ObjectStore, tenant_id: str) -> None:
+    def __init__(self, objects: ObjectStore, tenant_id: str, *, size_hint: int | None = None) -> None:
         self.pack_id = secrets.token_hex(16)
-        self._writer: ObjectWriter = objects.open_writer(layout.pack_key(tenant_id, self.pack_id))
+        self._writer: ObjectWriter = objects.open_writer(layout.pack_key(tenant_id, self.pack_id), size_hint=size_hint)
         self._blobs: list[tuple[str, int, int]] = []
         self._blob_start = 0
 

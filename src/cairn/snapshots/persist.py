@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import mmap
 import os
 import threading
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from typing import Any
 
 from cairn.snapshots import layout
 from cairn.snapshots._content import iter_stored_content_into, open_for_read, read_small_content, stored_length
+from cairn.snapshots._direct_io import aligned_buffer
 from cairn.snapshots._parallel import run_calls, run_tasks
 from cairn.snapshots.errors import PersistFailedError
 from cairn.snapshots.exclusions import Exclusions
@@ -177,8 +179,8 @@ class _Storer:
             self._fill(shared)
         return stored
 
-    def store_large(self, path: str, entry: ScannedEntry, buffer: bytearray) -> StoredBlob:
-        pack = self._open_pack()
+    def store_large(self, path: str, entry: ScannedEntry, buffer: mmap.mmap) -> StoredBlob:
+        pack = self._open_pack(size_hint=stored_length(entry))
         try:
             fd = open_for_read(path)
             try:
@@ -205,8 +207,8 @@ class _Storer:
         self._fill(pack)
         return location
 
-    def _open_pack(self) -> PackWriter:
-        pack = PackWriter(self._objects, self._index.tenant_id)
+    def _open_pack(self, *, size_hint: int | None = None) -> PackWriter:
+        pack = PackWriter(self._objects, self._index.tenant_id, size_hint=size_hint)
         with self._lock:
             self._open_packs.add(pack)
         return pack
@@ -390,7 +392,7 @@ def _store_content(
         tasks.append(batch)
     locations_lock = threading.Lock()
 
-    def store(task: Callable[[], None] | ScannedEntry | list[ScannedEntry], buffer: bytearray) -> None:
+    def store(task: Callable[[], None] | ScannedEntry | list[ScannedEntry], buffer: mmap.mmap) -> None:
         if isinstance(task, list):
             stored = list(zip(task, storer.store_small_batch(root, task), strict=True))
         elif isinstance(task, ScannedEntry):
@@ -402,7 +404,8 @@ def _store_content(
             for entry, location in stored:
                 locations[entry.path] = location
 
-    run_tasks(executor, tasks, store, lambda _lane: bytearray(_COPY_CHUNK))
+    # Aligned, so that a large file's chunks can go from it to the disk directly (`_direct_io`).
+    run_tasks(executor, tasks, store, lambda _lane: aligned_buffer(_COPY_CHUNK))
 
 
 @dataclass(frozen=True, slots=True)

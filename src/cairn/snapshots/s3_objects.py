@@ -135,7 +135,7 @@ class S3ObjectStore(ObjectStore):
         self._prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
         self._part_size = part_size
 
-    def open_writer(self, key: str) -> ObjectWriter:
+    def open_writer(self, key: str, *, size_hint: int | None = None) -> ObjectWriter:
         return _S3Writer(self._client, self._bucket, self._prefix + key, self._part_size)
 
     def open_reader(self, key: str, offset: int = 0, length: int | None = None) -> ObjectReader:

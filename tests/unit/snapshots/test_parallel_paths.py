@@ -143,9 +143,9 @@ async def test_packs_left_open_stay_bounded_however_many_files_need_one(
     lock = threading.Lock()
     opened, committed, aborted = PackWriter.__init__, PackWriter.commit, PackWriter.abort
 
-    def counting_init(self: PackWriter, *args: object) -> None:
+    def counting_init(self: PackWriter, *args: object, **kwargs: object) -> None:
         nonlocal open_now, peak
-        opened(self, *args)  # type: ignore[arg-type]
+        opened(self, *args, **kwargs)  # type: ignore[arg-type]
         with lock:
             open_now += 1
             peak = max(peak, open_now)

@@ -156,10 +156,10 @@ async def test_explicit_older_snapshot_is_restored(store: ContentAddressedSnapsh
 
 
 class _FailingHeaderWrites(LocalObjectStore):
-    def open_writer(self, key: str) -> ObjectWriter:
+    def open_writer(self, key: str, *, size_hint: int | None = None) -> ObjectWriter:
         if key.endswith(".json"):
             raise OSError(28, "No space left on device")
-        return super().open_writer(key)
+        return super().open_writer(key, size_hint=size_hint)
 
 
 async def test_failed_persist_keeps_previous_snapshot_and_drops_cached_fingerprint(tmp_path: Path) -> None:
