@@ -33,6 +33,8 @@ __all__ = [
     "LiveFingerprint",
     "compute_fingerprint",
     "environment_manifest_digest",
+    "fingerprint_of_rows",
+    "fingerprint_row",
     "fingerprint_workspace",
 ]
 
@@ -77,7 +79,8 @@ class FingerprintedEntry(Protocol):
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 
 
-def _canonical(entry: FingerprintedEntry) -> list[Any]:
+def fingerprint_row(entry: FingerprintedEntry) -> list[Any]:
+    """What the fingerprint hashes of one entry (rows are built wherever is cheapest, then hashed in order)."""
     return [
         entry.path,
         entry.kind,
@@ -93,12 +96,17 @@ def _canonical(entry: FingerprintedEntry) -> list[Any]:
 
 
 def compute_fingerprint(entries: Iterable[FingerprintedEntry], root: RootMeta, manifest_digest: str) -> str:
-    """Digest of the tree in path order, the root's mode and owner, and the manifest digest.
+    """Digest of the tree in path order, the root's mode and owner, and the manifest digest."""
+    return fingerprint_of_rows([fingerprint_row(entry) for entry in entries], root, manifest_digest)
+
+
+def fingerprint_of_rows(rows: list[list[Any]], root: RootMeta, manifest_digest: str) -> str:
+    """`compute_fingerprint` of the entries whose `fingerprint_row`s are `rows`, in path order.
 
     One JSON array holds all of it, so the encoder runs once in C instead of once per entry
     (the skip check computes this for every file of the workspace on every start).
     """
-    document = [FINGERPRINT_VERSION, manifest_digest, [root.mode, root.uid, root.gid], [_canonical(e) for e in entries]]
+    document = [FINGERPRINT_VERSION, manifest_digest, [root.mode, root.uid, root.gid], rows]
     return hashlib.sha256(_encode(document).encode()).hexdigest()
 
 
