@@ -14,6 +14,7 @@ commit's fsync while the persist is still hashing.
 
 from __future__ import annotations
 
+import abc
 import errno
 import io
 import logging
@@ -101,40 +102,38 @@ class _DurableAhead:
             raise self._error
 
 
-class _LocalWriter(ObjectWriter):
+class _TempFileWriter(ObjectWriter):
+    """Fills a hidden temporary sibling of the object's file; commit fsyncs it, renames it into
+    place and fsyncs the directory (invariant 7). Subclasses decide how bytes reach the file."""
+
     def __init__(self, path: Path, key: str) -> None:
         super().__init__()
         self._path = path
         self._key = key
-        self._written_back = 0
         self._temp = temp_name_for(path)
         try:
             make_dirs_durable(path.parent)
-            self._handle: BinaryIO = open(self._temp, "xb", buffering=_BUFFER)
+            self._fd = self._create(str(self._temp))
         except OSError as error:
             _raise_unavailable("create", key, error)
-        self._durable_ahead = _DurableAhead(self._handle.fileno())
 
-    def _write(self, data: bytes | memoryview) -> None:
-        try:
-            self._handle.write(data)
-            end = self.size + len(data)
-            if end - self._written_back >= _WRITEBACK_STEP:
-                self._handle.flush()
-                start_writeback(self._handle.fileno(), self._written_back, end - self._written_back)
-                if end // _DURABLE_STEP != self._written_back // _DURABLE_STEP:
-                    self._durable_ahead.request()
-                self._written_back = end
-        except OSError as error:
-            self._abort()
-            _raise_unavailable("write", self._key, error)
+    @abc.abstractmethod
+    def _create(self, temp: str) -> int:
+        """Create the temporary file; returns its descriptor."""
+
+    @abc.abstractmethod
+    def _finish(self) -> None:
+        """Hand every byte written so far to the file, before the commit's fsync."""
+
+    @abc.abstractmethod
+    def _release(self) -> None:
+        """Close the file and free buffers; safe to call twice (a failed commit aborts)."""
 
     def _commit(self) -> None:
         try:
-            self._handle.flush()
-            self._durable_ahead.wait()
-            os.fsync(self._handle.fileno())
-            self._handle.close()
+            self._finish()
+            os.fsync(self._fd)
+            self._release()
             os.replace(self._temp, self._path)
             fsync_dir(self._path.parent)
         except OSError as error:
@@ -142,12 +141,46 @@ class _LocalWriter(ObjectWriter):
             _raise_unavailable("commit", self._key, error)
 
     def _abort(self) -> None:
+        self._release()
+        self._temp.unlink(missing_ok=True)
+
+
+class _LocalWriter(_TempFileWriter):
+    """Writes through the page cache, starting writeback and durability early (`_DurableAhead`)."""
+
+    def __init__(self, path: Path, key: str) -> None:
+        self._written_back = 0
+        super().__init__(path, key)
+        self._durable_ahead = _DurableAhead(self._fd)
+
+    def _create(self, temp: str) -> int:
+        self._handle: BinaryIO = open(temp, "xb", buffering=_BUFFER)
+        return self._handle.fileno()
+
+    def _write(self, data: bytes | memoryview) -> None:
+        try:
+            self._handle.write(data)
+            end = self.size + len(data)
+            if end - self._written_back >= _WRITEBACK_STEP:
+                self._handle.flush()
+                start_writeback(self._fd, self._written_back, end - self._written_back)
+                if end // _DURABLE_STEP != self._written_back // _DURABLE_STEP:
+                    self._durable_ahead.request()
+                self._written_back = end
+        except OSError as error:
+            self._abort()
+            _raise_unavailable("write", self._key, error)
+
+    def _finish(self) -> None:
+        self._handle.flush()
+        self._durable_ahead.wait()
+
+    def _release(self) -> None:
         try:
             self._durable_ahead.wait()
         except OSError:
-            pass  # the object is being thrown away; its flush error no longer matters
+            pass  # only reached on abort (commit waited first): the object is thrown away
         self._handle.close()
-        self._temp.unlink(missing_ok=True)
 
 
 def _refused_direct_io(fd: int, key: str, error: OSError) -> None:
@@ -155,7 +188,7 @@ def _refused_direct_io(fd: int, key: str, error: OSError) -> None:
     stop_direct(fd)
 
 
-class _DirectWriter(ObjectWriter):
+class _DirectWriter(_TempFileWriter):
     """Writes a large object with direct I/O (`_direct_io`): no page cache, no early writeback.
 
     A chunk that starts at an aligned address (a view of an `aligned_buffer`) goes to the disk
@@ -168,20 +201,15 @@ class _DirectWriter(ObjectWriter):
     """
 
     def __init__(self, path: Path, key: str) -> None:
-        super().__init__()
-        self._path = path
-        self._key = key
-        self._temp = temp_name_for(path)
-        try:
-            make_dirs_durable(path.parent)
-            self._fd, self._is_direct = open_direct_best_effort(
-                str(self._temp), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-            )
-        except OSError as error:
-            _raise_unavailable("create", key, error)
+        self._is_direct = False
         self._stage: mmap.mmap | None = None
         self._staged = 0
         self._offset = 0
+        super().__init__(path, key)
+
+    def _create(self, temp: str) -> int:
+        fd, self._is_direct = open_direct_best_effort(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
+        return fd
 
     def _write(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
@@ -226,35 +254,24 @@ class _DirectWriter(ObjectWriter):
             self._offset += written
             view = view[written:]
 
-    def _commit(self) -> None:
-        try:
-            end = self._offset + self._staged
-            if self._staged:
-                padded = -(-self._staged // ALIGNMENT) * ALIGNMENT if self._is_direct else self._staged
-                assert self._stage is not None
-                self._stage[self._staged : padded] = bytes(padded - self._staged)
-                self._write_stage(padded)
-                if self._offset != end:
-                    os.ftruncate(self._fd, end)
-            os.fsync(self._fd)
-            self._close()
-            os.replace(self._temp, self._path)
-            fsync_dir(self._path.parent)
-        except OSError as error:
-            self._abort()
-            _raise_unavailable("commit", self._key, error)
+    def _finish(self) -> None:
+        if not self._staged:
+            return
+        end = self._offset + self._staged
+        padded = -(-self._staged // ALIGNMENT) * ALIGNMENT if self._is_direct else self._staged
+        assert self._stage is not None
+        self._stage[self._staged : padded] = bytes(padded - self._staged)
+        self._write_stage(padded)
+        if self._offset != end:
+            os.ftruncate(self._fd, end)
 
-    def _close(self) -> None:
+    def _release(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
         if self._stage is not None:
             self._stage.close()
             self._stage = None
-
-    def _abort(self) -> None:
-        self._close()
-        self._temp.unlink(missing_ok=True)
 
 
 class _RangeReader:
