@@ -127,10 +127,5 @@ def fingerprint_workspace(
     for entry in scan.entries:
         if entry.kind == "file" and entry.digest is None and stored_length(entry) > 0:
             entry.digest = hash_stored_content(os.path.join(root, entry.path), entry)
-    observations = [
-        (entry.path, entry.stat_key, entry.digest)
-        for entry in scan.entries
-        if entry.stat_key is not None and entry.digest is not None
-    ]
-    refreshed = StatCache.from_observations(observations, scan_started_ns=scan.started_ns)
-    return LiveFingerprint(compute_fingerprint(scan.entries, scan.root, manifest_digest), refreshed, scan.stat_listing())
+    fingerprint = compute_fingerprint(scan.entries, scan.root, manifest_digest)
+    return LiveFingerprint(fingerprint, scan.stat_cache(), scan.stat_listing())

@@ -391,14 +391,9 @@ def _persist(objects: ObjectStore, index: BlobIndex, executor: Executor, request
     # The stat listing (CPU only) is computed while the header's fsync waits: run beside the
     # tree's encoding, it would hold the GIL that encoding needs.
     run_calls(executor, [write_header, list_tree])
-    observations = [
-        (entry.path, entry.stat_key, location.digest)
-        for entry in scan.entries
-        if entry.stat_key is not None and (location := locations.get(entry.path)) is not None
-    ]
     return PersistResult(
         snapshot=info,
-        stat_cache=StatCache.from_observations(observations, scan_started_ns=scan.started_ns),
+        stat_cache=scan.stat_cache(),  # every entry's digest is that of its stored blob by now
         skipped=tuple(scan.skipped),
         stat_listing=listed[0],
     )

@@ -58,6 +58,15 @@ class WorkspaceScan:
     """Computes the listing digest of this walk (None when racy, see `stat_listing`): a few
     milliseconds of CPU that a persist runs while its fsyncs wait."""
 
+    def stat_cache(self) -> StatCache:
+        """The stat cache of this walk: every file whose digest is known by now, unless racy."""
+        observations = (
+            (entry.path, entry.stat_key, entry.digest)
+            for entry in self.entries
+            if entry.stat_key is not None and entry.digest is not None
+        )
+        return StatCache.from_observations(observations, scan_started_ns=self.started_ns)
+
 
 def data_extents(fd: int, size: int) -> tuple[tuple[int, int], ...]:
     """The (offset, length) runs of a file that hold data, found without reading it."""
