@@ -7,7 +7,7 @@ state or the whole new object (design invariant 7). Temporary files are never li
 
 An object announced as large (a pack of one large file) is written with direct I/O, around
 the page cache (`_DirectWriter`, `_direct_io`), and a long range is read without staying cached
-(`_StreamingRangeReader`). Other objects go through the page cache and are made durable in
+(`_RangeReader`, dropping behind). Other objects go through the page cache and are made durable in
 steps while they are written (`_DurableAhead`), so that the disk does most of the work of the
 commit's fsync while the persist is still hashing.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import abc
 import errno
-import io
 import logging
 import mmap
 import os
@@ -53,10 +52,10 @@ _DURABLE_STEP = 16 * 1024 * 1024
 # (chunks of a large file are bigger than this and go to the kernel directly).
 _BUFFER = 256 * 1024
 # Objects announced at least this large are written with direct I/O (`_direct_io`), and ranges
-# at least this long are read without keeping them cached (`_StreamingRangeReader`). Smaller ones
+# at least this long are read without keeping them cached (`_RangeReader`). Smaller ones
 # are not worth a device round trip per write.
 DIRECT_IO_MIN = 4 * 1024 * 1024
-# A streaming reader drops what it has read from the page cache every this many bytes.
+# A long-range reader drops what it has read from the page cache every this many bytes.
 _DROP_STEP = 1024 * 1024
 # A direct writer gathers unaligned writes (a file's last bytes, a pack's index) here.
 _STAGE = 256 * 1024
@@ -122,12 +121,23 @@ class _TempFileWriter(ObjectWriter):
         """Create the temporary file; returns its descriptor."""
 
     @abc.abstractmethod
+    def _put(self, data: bytes | memoryview) -> None:
+        """Take `data`, the next bytes of the object."""
+
+    @abc.abstractmethod
     def _finish(self) -> None:
         """Hand every byte written so far to the file, before the commit's fsync."""
 
     @abc.abstractmethod
     def _release(self) -> None:
         """Close the file and free buffers; safe to call twice (a failed commit aborts)."""
+
+    def _write(self, data: bytes | memoryview) -> None:
+        try:
+            self._put(data)
+        except OSError as error:
+            self._abort()
+            _raise_unavailable("write", self._key, error)
 
     def _commit(self) -> None:
         try:
@@ -157,19 +167,15 @@ class _LocalWriter(_TempFileWriter):
         self._handle: BinaryIO = open(temp, "xb", buffering=_BUFFER)
         return self._handle.fileno()
 
-    def _write(self, data: bytes | memoryview) -> None:
-        try:
-            self._handle.write(data)
-            end = self.size + len(data)
-            if end - self._written_back >= _WRITEBACK_STEP:
-                self._handle.flush()
-                start_writeback(self._fd, self._written_back, end - self._written_back)
-                if end // _DURABLE_STEP != self._written_back // _DURABLE_STEP:
-                    self._durable_ahead.request()
-                self._written_back = end
-        except OSError as error:
-            self._abort()
-            _raise_unavailable("write", self._key, error)
+    def _put(self, data: bytes | memoryview) -> None:
+        self._handle.write(data)
+        end = self.size + len(data)
+        if end - self._written_back >= _WRITEBACK_STEP:
+            self._handle.flush()
+            start_writeback(self._fd, self._written_back, end - self._written_back)
+            if end // _DURABLE_STEP != self._written_back // _DURABLE_STEP:
+                self._durable_ahead.request()
+            self._written_back = end
 
     def _finish(self) -> None:
         self._handle.flush()
@@ -211,25 +217,21 @@ class _DirectWriter(_TempFileWriter):
         fd, self._is_direct = open_direct_best_effort(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
         return fd
 
-    def _write(self, data: bytes | memoryview) -> None:
+    def _put(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
-        try:
-            if self._is_direct and self._staged == 0:
-                whole = len(view) - len(view) % ALIGNMENT
-                if whole and is_aligned(view):
-                    self._write_at_offset(view[:whole])
-                    view = view[whole:]
-            while view:
-                stage = self._stage if self._stage is not None else self._open_stage()
-                count = min(len(view), _STAGE - self._staged)
-                stage[self._staged : self._staged + count] = view[:count]
-                self._staged += count
-                view = view[count:]
-                if self._staged == _STAGE:
-                    self._write_stage(_STAGE)
-        except OSError as error:
-            self._abort()
-            _raise_unavailable("write", self._key, error)
+        if self._is_direct and self._staged == 0:
+            whole = len(view) - len(view) % ALIGNMENT
+            if whole and is_aligned(view):
+                self._write_at_offset(view[:whole])
+                view = view[whole:]
+        while view:
+            stage = self._stage if self._stage is not None else self._open_stage()
+            count = min(len(view), _STAGE - self._staged)
+            stage[self._staged : self._staged + count] = view[:count]
+            self._staged += count
+            view = view[count:]
+            if self._staged == _STAGE:
+                self._write_stage(_STAGE)
 
     def _open_stage(self) -> mmap.mmap:
         self._stage = aligned_buffer(_STAGE)
@@ -275,77 +277,45 @@ class _DirectWriter(_TempFileWriter):
 
 
 class _RangeReader:
-    """Reads at most `remaining` bytes of an open file; `remaining < 0` means to the end."""
+    """Reads `remaining` bytes of an open file from `position`, with positioned reads.
 
-    def __init__(self, handle: io.BufferedReader, remaining: int) -> None:
-        self._handle = handle
+    A long range (`drop_behind`) is how a restore reads a pack: once. The kernel's readahead
+    still fetches ahead of it (hinted sequential at open), and every page read is dropped behind
+    it (`POSIX_FADV_DONTNEED`): caching the pack would only evict live workspaces' pages, and
+    recycling pages instead of holding the whole range keeps the read clear of the
+    newly-touched-page cost described in `_direct_io`.
+    """
+
+    def __init__(self, fd: int, position: int, remaining: int, *, drop_behind: bool) -> None:
+        self._fd = fd
+        self._position = self._dropped = position
         self._remaining = remaining
-
-    def read(self, size: int = -1, /) -> bytes:
-        if self._remaining < 0:
-            return self._handle.read(size)
-        if size < 0 or size > self._remaining:
-            size = self._remaining
-        data = self._handle.read(size)
-        self._remaining -= len(data)
-        return data
+        self._drop_behind = drop_behind
 
     def readinto(self, buffer: memoryview, /) -> int:
         """Like `read(len(buffer))` into a caller's buffer, so big copies reuse one allocation."""
-        if 0 <= self._remaining < len(buffer):
-            buffer = buffer[: self._remaining]
-        count = self._handle.readinto(buffer)
-        if self._remaining >= 0:
-            self._remaining -= count
-        return count
-
-    def close(self) -> None:
-        self._handle.close()
-
-
-class _StreamingRangeReader:
-    """Reads a long range of a pack, leaving none of it in the page cache.
-
-    The kernel's readahead still fetches ahead of us (hinted sequential), and every page read is
-    dropped behind us (`POSIX_FADV_DONTNEED`): a restore reads each pack once, so caching it
-    would only evict live workspaces' pages, and recycling pages instead of holding the whole
-    range is what keeps it clear of the newly-touched-page cost described in `_direct_io`.
-    """
-
-    def __init__(self, fd: int, offset: int, length: int) -> None:
-        self._fd = fd
-        self._position = self._dropped = offset
-        self._remaining = length
-
-    def readinto(self, buffer: memoryview, /) -> int:
         count = os.preadv(self._fd, [buffer[: min(len(buffer), self._remaining)]], self._position)
         self._advance(count)
         return count
 
     def read(self, size: int = -1, /) -> bytes:
-        data = os.pread(self._fd, self._remaining if size < 0 else min(size, self._remaining), self._position)
-        self._advance(len(data))
-        return data
+        want = self._remaining if size < 0 else min(size, self._remaining)
+        parts: list[bytes] = []
+        while want > 0 and (part := os.pread(self._fd, want, self._position)):
+            parts.append(part)
+            want -= len(part)
+            self._advance(len(part))
+        return b"".join(parts)
 
     def _advance(self, count: int) -> None:
         self._position += count
         self._remaining -= count
-        if self._position - self._dropped >= _DROP_STEP or self._remaining <= 0:
+        if self._drop_behind and (self._position - self._dropped >= _DROP_STEP or self._remaining <= 0):
             os.posix_fadvise(self._fd, self._dropped, self._position - self._dropped, os.POSIX_FADV_DONTNEED)
             self._dropped = self._position
 
     def close(self) -> None:
         os.close(self._fd)
-
-
-def _open_streaming(path: Path, offset: int, length: int) -> _StreamingRangeReader:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.posix_fadvise(fd, offset, length, os.POSIX_FADV_SEQUENTIAL)  # a larger readahead window
-    except OSError:
-        os.close(fd)
-        raise
-    return _StreamingRangeReader(fd, offset, length)
 
 
 class LocalObjectStore(ObjectStore):
@@ -364,21 +334,24 @@ class LocalObjectStore(ObjectStore):
 
     def open_reader(self, key: str, offset: int = 0, length: int | None = None) -> ObjectReader:
         try:
-            if length is not None and length >= DIRECT_IO_MIN:
-                return _open_streaming(self._path(key), offset, length)
-            handle = open(self._path(key), "rb")
+            fd = os.open(self._path(key), os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError as error:
             raise ObjectMissingError(
                 f"snapshot store: object {key!r} is missing", context={"key": key}
             ) from error
         except OSError as error:
             _raise_unavailable("open", key, error)
+        drop_behind = length is not None and length >= DIRECT_IO_MIN
         try:
-            handle.seek(offset)
+            if offset < 0:
+                raise OSError(errno.EINVAL, f"negative offset {offset}")
+            remaining = max(os.fstat(fd).st_size - offset, 0) if length is None else length
+            if drop_behind:
+                os.posix_fadvise(fd, offset, remaining, os.POSIX_FADV_SEQUENTIAL)  # a larger readahead window
         except OSError as error:
-            handle.close()
+            os.close(fd)
             _raise_unavailable("seek in", key, error)
-        return _RangeReader(handle, -1 if length is None else length)
+        return _RangeReader(fd, offset, remaining, drop_behind=drop_behind)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         directory = self._path(prefix.rstrip("/"))

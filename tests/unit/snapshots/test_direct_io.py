@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from cairn.snapshots import ContentAddressedSnapshotStore, LocalObjectStore, PersistRequest, SnapshotScope
+from cairn.snapshots.errors import SnapshotStoreUnavailableError
 from cairn.snapshots import _direct_io, local_objects
 from cairn.snapshots import persist as persist_module
 from cairn.snapshots._direct_io import ALIGNMENT, aligned_buffer, is_aligned
@@ -238,3 +239,11 @@ async def test_a_persisted_large_file_leaves_its_pack_out_of_the_page_cache_and_
         await store.aclose()
     assert (target / "large.bin").read_bytes() == large
     assert not _is_cached(pack, MIB), "the restore left the pack in the page cache"
+
+
+def test_a_negative_offset_is_a_clear_error_that_leaves_no_descriptor_open(objects: LocalObjectStore) -> None:
+    _write(objects, "packs/small", [b"data"], size_hint=None)
+    open_before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(SnapshotStoreUnavailableError, match="negative offset"):
+        objects.open_reader("packs/small", -1, LARGE)
+    assert len(os.listdir("/proc/self/fd")) == open_before
