@@ -239,6 +239,22 @@ def pid_inside(host_pid: int) -> int:
     return int(next(line for line in status.splitlines() if line.startswith("NSpid:")).split()[-1])
 
 
+def is_sleeping_under(parents: list[int]) -> bool:
+    """Whether one of `parents` has a child that already runs `sleep`."""
+    for parent in parents:
+        try:
+            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+        except FileNotFoundError:
+            continue
+        for child in children:
+            try:
+                if Path(f"/proc/{child}/cmdline").read_bytes().startswith(b"sleep\0"):
+                    return True
+            except FileNotFoundError:
+                continue
+    return False
+
+
 async def test_concurrent_commands_cannot_see_or_reach_each_other(
     backend: BwrapBackend, new_workspace
 ) -> None:
@@ -246,7 +262,9 @@ async def test_concurrent_commands_cannot_see_or_reach_each_other(
     workspace = await new_workspace()
     async with anyio.create_task_group() as tg:
         tg.start_soon(run, backend, f"sh -c 'sleep 600; : {marker}'", workspace)
-        await until(lambda: bool(host_processes_with(marker)))
+        # Sampled once `sleep` runs: until it execs, the shell's forked child still carries
+        # the marker in its command line and would be counted, then vanish on its own.
+        await until(lambda: is_sleeping_under(host_processes_with(marker)))
         sibling = host_processes_with(marker)
         pattern = f"cairn-siblin[g]-{marker.rsplit('-', 1)[1]}"
         command = (
