@@ -11,7 +11,8 @@ envelope of spec §1.5 from its fields; nothing else decides a status code.
     │   ├── PermissionDeniedError      403 the key's role may not do this
     │   ├── NotFoundError              404 unknown id, or another tenant's
     │   ├── ConflictError              409 valid, but not now (a turn is running)
-    │   └── PayloadTooLargeError       413 body over the configured limit
+    │   ├── PayloadTooLargeError       413 body over the configured limit
+    │   └── UnsupportedMediaTypeError  415 a body that is not JSON (by its Content-Type)
     └── ServerError                    Cairn or a dependency failed (5xx)
         ├── StoreError                 database unreachable, schema out of date
         ├── SandboxError               the sandbox could not run a command
@@ -43,6 +44,7 @@ __all__ = [
     "SandboxError",
     "ServerError",
     "StoreError",
+    "UnsupportedMediaTypeError",
     "WorkspaceError",
 ]
 
@@ -115,6 +117,11 @@ class ConflictError(ClientError):
 class PayloadTooLargeError(ClientError):
     default_code = "payload_too_large"
     default_status = 413
+
+
+class UnsupportedMediaTypeError(ClientError):
+    default_code = "unsupported_media_type"
+    default_status = 415
 
 
 class ServerError(CairnError):

@@ -185,3 +185,129 @@ def test_other_tenants_see_404_and_readers_cannot_write(server: CairnServer, htt
     bad_role = _cli(server, "create", "--tenant", "x", "--role", "god")
     assert bad_role.returncode != 0 and "god" in bad_role.stderr
     assert http.get(f"{SESSIONS}/{session_id}").json()["status"] == "idle"
+
+
+# -- hostile input (issue 19): each of these was a 500, a silent acceptance, or worse ----------
+
+AGENT = {"model": "scripted:echo"}
+HOSTED = {"type": "openai_hosted"}
+
+
+def _raw(body: dict[str, Any], **replace: str) -> bytes:
+    """JSON with placeholders swapped for raw escapes json.dumps would never write (lone surrogates)."""
+    text = json.dumps(body)
+    for placeholder, escape in replace.items():
+        text = text.replace(placeholder, escape)
+    return text.encode()
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+SURROGATE = "\\ud800"
+HOSTILE_CREATES: list[tuple[str, bytes, str | None]] = [
+    ("surrogate in input", _raw({"agent": AGENT, "environment": HOSTED, "input": "xSURy"}, SUR=SURROGATE), "input"),
+    ("surrogate in metadata value", _raw({"agent": AGENT, "environment": HOSTED, "metadata": {"k": "SUR"}}, SUR=SURROGATE), "metadata.k"),
+    ("surrogate in metadata key", _raw({"agent": AGENT, "environment": HOSTED, "metadata": {"kSUR": "v"}}, SUR=SURROGATE), "metadata"),
+    ("surrogate in instructions", _raw({"agent": {**AGENT, "instructions": "SUR"}, "environment": HOSTED}, SUR=SURROGATE), "agent.instructions"),
+    (
+        "surrogate in tool parameters",
+        _raw({"agent": {**AGENT, "tools": [{"type": "function", "name": "f", "parameters": {"d": "SUR"}}]}, "environment": HOSTED}, SUR=SURROGATE),
+        "agent.tools.0.parameters.d",
+    ),
+    ("surrogate in experimental", _raw({"agent": {**AGENT, "experimental": {"SUR": 1}}, "environment": HOSTED}, SUR=SURROGATE), "agent.experimental"),
+    ("nested 10,000 deep", _raw({"agent": AGENT, "environment": HOSTED, "metadata": "DEEP"}, **{'"DEEP"': _nested(10_000)}), None),
+    ("nested 65 deep in a schema", _raw({"agent": {**AGENT, "tools": [{"type": "function", "name": "f", "parameters": "DEEP"}]}, "environment": HOSTED}, **{'"DEEP"': _nested(65)}), None),
+    ("NUL in model", json.dumps({"agent": {"model": "scripted:echo\u0000"}, "environment": HOSTED}).encode(), "agent.model"),
+    ("control character in model", json.dumps({"agent": {"model": "scripted:\u001becho"}, "environment": HOSTED}).encode(), "agent.model"),
+    ("NUL in metadata value", json.dumps({"agent": AGENT, "environment": HOSTED, "metadata": {"k": "a\u0000"}}).encode(), "metadata.k"),
+    ("NUL in env value", json.dumps({"agent": AGENT, "environment": {**HOSTED, "env": {"A": "x\u0000"}}}).encode(), "environment.openai_hosted.env.A"),
+    ("NaN", b'{"agent": {"model": "scripted:echo"}, "environment": {"type": "openai_hosted"}, "spend_control": {"limit": NaN}}', None),
+    ("a number of 5,000 digits", b'{"agent": {"model": "scripted:echo"}, "environment": {"type": "openai_hosted"}, "spend_control": {"limit": ' + b"9" * 5000 + b"}}", None),
+    ("inline file path of 300 characters", json.dumps({"agent": AGENT, "environment": {**HOSTED, "files": [{"type": "inline", "data": "aGk=", "path": "a" * 300}]}}).encode(), "environment.files[0].path"),
+    ("inline file at outputs/", json.dumps({"agent": AGENT, "environment": {**HOSTED, "files": [{"type": "inline", "data": "aGk=", "path": "outputs/"}]}}).encode(), "environment.files[0].path"),
+    ("inline file at /workspace/outputs", json.dumps({"agent": AGENT, "environment": {**HOSTED, "files": [{"type": "inline", "data": "aGk=", "path": "/workspace/outputs"}]}}).encode(), "environment.files[0].path"),
+    ("inline file path with a newline", json.dumps({"agent": AGENT, "environment": {**HOSTED, "files": [{"type": "inline", "data": "aGk=", "path": "a\nb"}]}}).encode(), "environment.openai_hosted.files.0.path"),
+    ("tools[].strict as a string", json.dumps({"agent": {**AGENT, "tools": [{"type": "function", "name": "f", "strict": "true"}]}, "environment": HOSTED}).encode(), None),
+    ("tools[].strict as 1", json.dumps({"agent": {**AGENT, "tools": [{"type": "function", "name": "f", "strict": 1}]}, "environment": HOSTED}).encode(), None),
+    ("multi_agent.enabled as a string", json.dumps({"agent": {**AGENT, "multi_agent": {"enabled": "false"}}, "environment": HOSTED}).encode(), "agent.multi_agent.enabled"),
+    ("multi_agent.enabled as 0", json.dumps({"agent": {**AGENT, "multi_agent": {"enabled": 0}}, "environment": HOSTED}).encode(), "agent.multi_agent.enabled"),
+    ("spend_control.limit as a string", json.dumps({"agent": AGENT, "environment": HOSTED, "spend_control": {"limit": "5"}}).encode(), "spend_control.limit"),
+    ("spend_control.limit as true", json.dumps({"agent": AGENT, "environment": HOSTED, "spend_control": {"limit": True}}).encode(), "spend_control.limit"),
+    ("stream as a string", json.dumps({"agent": AGENT, "environment": HOSTED, "input": "hi", "stream": "false"}).encode(), "stream"),
+    ("stream as 0", json.dumps({"agent": AGENT, "environment": HOSTED, "input": "hi", "stream": 0}).encode(), "stream"),
+]
+
+
+@pytest.mark.parametrize(("name", "body", "param"), HOSTILE_CREATES, ids=[r[0] for r in HOSTILE_CREATES])
+def test_hostile_creates_are_400_and_change_nothing(http: httpx.Client, session_id: str, name: str, body: bytes, param: str | None) -> None:
+    before = _snapshot(http, session_id)
+    response = http.post(SESSIONS, content=body, headers={"Content-Type": "application/json"})
+    _assert_error(response, 400, param=param)
+    assert _snapshot(http, session_id) == before
+
+
+HOSTILE_UPDATES: list[tuple[str, bytes, str | None]] = [
+    ("surrogate in metadata", _raw({"metadata": {"k": "SUR"}}, SUR=SURROGATE), "metadata.k"),
+    ("NUL in model", json.dumps({"agent": {"model": "scripted:echo\u0000"}}).encode(), "agent.model"),
+    ("nested 10,000 deep", _raw({"metadata": "DEEP"}, **{'"DEEP"': _nested(10_000)}), None),
+    ("spend_control.limit as a string", json.dumps({"spend_control": {"limit": "5"}}).encode(), "spend_control.limit"),
+]
+
+
+@pytest.mark.parametrize(("name", "body", "param"), HOSTILE_UPDATES, ids=[r[0] for r in HOSTILE_UPDATES])
+def test_hostile_updates_are_400_and_change_nothing(http: httpx.Client, session_id: str, name: str, body: bytes, param: str | None) -> None:
+    before = _snapshot(http, session_id)
+    response = http.post(f"{SESSIONS}/{session_id}", content=body, headers={"Content-Type": "application/json"})
+    _assert_error(response, 400, param=param)
+    assert _snapshot(http, session_id) == before
+
+
+HOSTILE_EVENTS: list[tuple[str, bytes, str | None]] = [
+    ("surrogate in a message", _raw({"events": [{**MESSAGE, "input": [{"role": "user", "content": [{"type": "input_text", "text": "SUR"}]}]}]}, SUR=SURROGATE), "events.0.input.0.content.0.text"),
+    ("nested 10,000 deep", _raw({"events": "DEEP"}, **{'"DEEP"': _nested(10_000)}), None),
+    ("control character in a call id", json.dumps({"events": [{"type": "agent.session.input.tool_result", "turn_id": "t", "call_id": "c\u0000", "success": True}]}).encode(), None),
+]
+
+
+@pytest.mark.parametrize(("name", "body", "param"), HOSTILE_EVENTS, ids=[r[0] for r in HOSTILE_EVENTS])
+def test_hostile_input_events_are_400_and_change_nothing(http: httpx.Client, session_id: str, name: str, body: bytes, param: str | None) -> None:
+    before = _snapshot(http, session_id)
+    response = http.post(f"{SESSIONS}/{session_id}/events", content=body, headers={"Content-Type": "application/json"})
+    _assert_error(response, 400, param=param)
+    assert _snapshot(http, session_id) == before
+
+
+@pytest.mark.parametrize("value", ["²", "①", "١", "1_0", "+1", " 1", "-1", "1" * 30])
+def test_starting_after_takes_ascii_digits_only(http: httpx.Client, session_id: str, value: str) -> None:
+    _assert_error(http.get(f"{SESSIONS}/{session_id}/events", params={"starting_after": value}), 400, param="starting_after")
+    _assert_error(http.get(SESSIONS, params={"limit": value}), 400, param="limit")
+
+
+@pytest.mark.parametrize("path", ["/{sid}", "/{sid}/items", "/{sid}/turns/turn_%00x", "/sess_%01x"])
+def test_control_characters_in_ids_and_queries_are_400(http: httpx.Client, session_id: str, path: str) -> None:
+    _assert_error(http.get(SESSIONS + path.format(sid=session_id) + "?after=a%00b"), 400)
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/xml",
+     "application/json; charset=latin-1", "application/jsonx"],
+)
+def test_json_bodies_need_the_json_content_type(http: httpx.Client, session_id: str, content_type: str | None) -> None:
+    before = _snapshot(http, session_id)
+    headers = {"Content-Type": content_type} if content_type else {}
+    create = json.dumps({"agent": AGENT, "environment": HOSTED}).encode()
+    events = json.dumps({"events": [MESSAGE]}).encode()
+    for path, body in ((SESSIONS, create), (f"{SESSIONS}/{session_id}", b'{"metadata": {}}'), (f"{SESSIONS}/{session_id}/events", events)):
+        _assert_error(http.post(path, content=body, headers=headers), 415)
+    assert _snapshot(http, session_id) == before
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8", "Application/JSON; charset=\"UTF-8\""])
+def test_the_json_content_type_may_name_utf8(http: httpx.Client, content_type: str) -> None:
+    body = json.dumps({"agent": AGENT, "environment": {"type": "none"}, "input": "hi"}).encode()
+    response = http.post(SESSIONS, content=body, headers={"Content-Type": content_type})
+    assert response.status_code == 200, response.text
+    assert http.delete(f"{SESSIONS}/{response.json()['id']}").status_code in (200, 409)

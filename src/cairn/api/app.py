@@ -26,9 +26,8 @@ from cairn.api import routes_artifacts, routes_events, routes_items, routes_sess
 from cairn.api.errors import EXCEPTION_HANDLERS
 from cairn.blobs import BlobStore
 from cairn.config import Settings
-from cairn.engine.blob_gc import collect_blob_garbage_periodically
 from cairn.engine.environment import Environments
-from cairn.engine.idle import collect_snapshot_garbage, persist_all_workspaces, watch_idle_sessions
+from cairn.engine.idle import persist_all_workspaces
 from cairn.errors import InvalidRequestError
 from cairn.snapshots import SnapshotStore, SnapshotStoreConfig, open_snapshot_store
 from cairn.engine.journal import Journal, wake_on_topic
@@ -40,7 +39,8 @@ from cairn.models.registry import check_model_name, resolve_model
 from cairn.sandbox import select_backend
 from cairn.store.db import Database
 from cairn.store.migrate import check_schema
-from cairn.worker.runner import Worker
+from cairn.worker.background import run_periodically, supervise
+from cairn.worker.service import start_worker_tasks
 
 __all__ = ["build_runtime", "build_snapshot_store", "create_app"]
 
@@ -119,16 +119,12 @@ def create_app(settings: Settings) -> Starlette:
             try:
                 async with anyio.create_task_group() as tg:
                     if db.is_sqlite:
-                        tg.start_soon(db.run_checkpoints, name="wal-checkpoints")
+                        tg.start_soon(run_periodically, "wal-checkpoints", 1.0, db.checkpoint_best_effort, name="wal-checkpoints")
                     else:
-                        wake = partial(wake_on_topic, runtime.notifier)
-                        tg.start_soon(db.listen, wake, name="change-listener")
+                        listen = partial(db.listen, partial(wake_on_topic, runtime.notifier))
+                        tg.start_soon(supervise, "change-listener", listen, name="change-listener")
                     if run_worker:
-                        tg.start_soon(Worker(runtime, concurrency=settings.workers).run, name="worker")
-                        tg.start_soon(watch_idle_sessions, runtime, name="idle-sessions")
-                        tg.start_soon(collect_snapshot_garbage, runtime, name="snapshot-gc")
-                        if settings.blob_gc_interval_s > 0:
-                            tg.start_soon(collect_blob_garbage_periodically, runtime, name="blob-gc")
+                        start_worker_tasks(tg, runtime, concurrency=settings.workers)
                     yield {"runtime": runtime, "sessions": SessionService(runtime)}
                     tg.cancel_scope.cancel()
             finally:

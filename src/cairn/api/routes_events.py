@@ -9,13 +9,15 @@ header `x-cairn-starting-after` names the sequence number the stream starts afte
 from __future__ import annotations
 
 import hashlib
+import re
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from cairn.api.context import request_context
-from cairn.api.params import read_body, read_model
+from cairn.api.json_body import read_body, read_model
+from cairn.api.params import parse_count
 from cairn.api.schemas import EventsBody
 from cairn.api.sse import event_stream, sse_response
 from cairn.errors import InvalidRequestError
@@ -25,6 +27,7 @@ __all__ = ["STARTING_AFTER_HEADER", "routes"]
 STARTING_AFTER_HEADER = "x-cairn-starting-after"
 
 _MAX_IDEMPOTENCY_KEY = 255
+_IDEMPOTENCY_KEY = re.compile(f"[\x20-\x7e]{{1,{_MAX_IDEMPOTENCY_KEY}}}")
 
 
 async def post_events(request: Request) -> Response:
@@ -34,8 +37,10 @@ async def post_events(request: Request) -> Response:
     key = request.headers.get("idempotency-key")
     idempotency = None
     if key is not None:
-        if not key or len(key) > _MAX_IDEMPOTENCY_KEY:
-            raise InvalidRequestError(f"Idempotency-Key must be 1-{_MAX_IDEMPOTENCY_KEY} characters", param="Idempotency-Key")
+        if not _IDEMPOTENCY_KEY.fullmatch(key):
+            raise InvalidRequestError(
+                f"Idempotency-Key must be 1-{_MAX_IDEMPOTENCY_KEY} printable ASCII characters", param="Idempotency-Key"
+            )
         idempotency = (key, hashlib.sha256(raw).hexdigest())
     events = [e.model_dump(exclude_none=True) for e in body.events]
     await ctx.sessions.submit(ctx.principal.tenant, request.path_params["session_id"], events, idempotency=idempotency)
@@ -53,9 +58,7 @@ async def get_events(request: Request) -> Response:
     if raw_after is None:
         after = session.last_event_seq
     else:
-        if not raw_after.isdigit():
-            raise InvalidRequestError("starting_after must be a non-negative integer sequence number", param="starting_after")
-        after = int(raw_after)
+        after = parse_count(raw_after, "starting_after")
         if after > session.last_event_seq:
             raise InvalidRequestError(
                 f"starting_after={after} is beyond the session's last event ({session.last_event_seq})",

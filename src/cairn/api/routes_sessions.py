@@ -9,7 +9,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from cairn.api.context import request_context
-from cairn.api.params import list_params, page_body, read_body, read_model
+from cairn.api.json_body import read_body, read_model
+from cairn.api.params import list_params, page_body
 from cairn.api.schemas import CreateSessionBody, UpdateSessionBody
 from cairn.api.sse import event_stream, sse_response
 from cairn.engine.wire import render_session

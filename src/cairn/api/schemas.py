@@ -1,15 +1,19 @@
 """Request bodies of the Agents API (spec §2.1, §3.3-3.5, §5) as strict pydantic models.
 
-Unknown keys are errors (a silently dropped field is a bug the caller never sees), and
-features of the spec that Cairn does not provide are refused with a message that names
-them, rather than accepted and ignored.
+Unknown keys are errors (a silently dropped field is a bug the caller never sees), types
+are strict (`"true"` is not a boolean, `"5"` not a number), names and ids refuse control
+characters, and features of the spec that Cairn does not provide are refused with a message
+that names them, rather than accepted and ignored. Text validity (no lone surrogates) and
+nesting depth are checked before these models see a body (`cairn.api.json_body`).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+from cairn.api.text import describe_control
 
 __all__ = [
     "CreateSessionBody",
@@ -21,8 +25,27 @@ __all__ = [
 _ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 
+def _no_control(value: str) -> str:
+    problem = describe_control(value)
+    if problem is not None:
+        raise ValueError(f"must not contain a {problem}")
+    return value
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL (U+0000)")
+    return value
+
+
+# A name or id: models, metadata keys, variable names, paths, ids of turns and calls.
+Name = Annotated[str, AfterValidator(_no_control)]
+# Text handed to the OS or to a database text column, which cannot hold NUL.
+NulFree = Annotated[str, AfterValidator(_no_nul)]
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
 class InputText(_Strict):
@@ -98,7 +121,7 @@ class MultiAgent(_Strict):
 
 
 class AgentConfig(_Strict):
-    model: str = Field(min_length=1, max_length=256)
+    model: Name = Field(min_length=1, max_length=256)
     instructions: str | None = None
     multi_agent: MultiAgent | None = None
     reasoning: Reasoning | None = None
@@ -126,12 +149,13 @@ class Network(_Strict):
 class InlineFile(_Strict):
     type: Literal["inline"]
     data: str
-    path: str = Field(min_length=1)
+    # The workspace checks each component's length (`workspace_relative`); this bounds the whole.
+    path: Name = Field(min_length=1, max_length=4096)
 
 
 class HostedEnvironment(_Strict):
     type: Literal["openai_hosted"]
-    env: dict[str, str] | None = None
+    env: dict[Name, NulFree] | None = None
     network: Network | None = None
     files: list[InlineFile] | None = None
     container_size: Literal["small", "medium", "large"] | None = None
@@ -159,7 +183,7 @@ class HostedEnvironment(_Strict):
             if getattr(self, name):
                 raise ValueError(f"environment.{name} is not supported by Cairn yet")
         for key in self.env or {}:
-            if not key or "=" in key or "\x00" in key:
+            if not key or "=" in key:
                 raise ValueError(f"environment.env: bad variable name {key!r}")
         return self
 
@@ -170,8 +194,8 @@ class NoEnvironment(_Strict):
 
 class SelfHostedEnvironment(_Strict):
     type: Literal["self_hosted"]
-    workspace_directory: str
-    capability_directories: list[str] | None = None
+    workspace_directory: Name
+    capability_directories: list[Name] | None = None
 
     @model_validator(mode="after")
     def _refuse(self) -> SelfHostedEnvironment:
@@ -181,7 +205,10 @@ class SelfHostedEnvironment(_Strict):
 Environment = Annotated[HostedEnvironment | NoEnvironment | SelfHostedEnvironment, Field(discriminator="type")]
 
 
-def _check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
+Metadata = dict[Name, NulFree]
+
+
+def _check_metadata(value: Metadata | None) -> Metadata | None:
     if value is None:
         return None
     if len(value) > 16:
@@ -207,15 +234,15 @@ class SpendControl(_Strict):
 class CreateSessionBody(_Strict):
     environment: Environment
     agent: AgentConfig | None = None
-    agent_id: str | None = None
+    agent_id: Name | None = None
     input: str | list[InputMessage] | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    metadata: dict[str, str] | None = None
+    metadata: Metadata | None = None
     prompt_cache_options: PromptCacheOptions | None = None
     review: Literal["none", "auto_review"] | None = None
     spend_control: SpendControl | None = None
-    vault_ids: list[str] | None = None
+    vault_ids: list[Name] | None = None
 
     _metadata = field_validator("metadata")(_check_metadata)
 
@@ -245,7 +272,7 @@ class CreateSessionBody(_Strict):
 
 
 class UpdateAgent(_Strict):
-    model: str | None = Field(default=None, min_length=1, max_length=256)
+    model: Name | None = Field(default=None, min_length=1, max_length=256)
     reasoning: Reasoning | None = None
     service_tier: Literal["auto", "default", "flex", "priority", "fast", "ultrafast"] | None = None
     tools: list[dict[str, Any]] | None = None
@@ -255,7 +282,7 @@ class UpdateAgent(_Strict):
 
 class UpdateSessionBody(_Strict):
     agent: UpdateAgent | None = None
-    metadata: dict[str, str] | None = None
+    metadata: Metadata | None = None
     prompt_cache_options: PromptCacheOptions | None = None
     review: Literal["none", "auto_review"] | None = None
     spend_control: SpendControl | None = None
@@ -274,8 +301,8 @@ class CancelEvent(_Strict):
 
 class ToolResultEvent(_Strict):
     type: Literal["agent.session.input.tool_result"]
-    turn_id: str = Field(min_length=1)
-    call_id: str = Field(min_length=1)
+    turn_id: Name = Field(min_length=1, max_length=64)
+    call_id: Name = Field(min_length=1, max_length=128)
     success: bool
     output: str | list[InputContent] | None = None
     error: str | None = None

@@ -23,9 +23,10 @@ from typing import Any
 import anyio
 
 from cairn._concurrency import run_sync
+from cairn.engine.artifacts import OUTPUTS_DIR
 from cairn.engine.workspace_files import WorkspaceFiles, workspace_relative
 from cairn.errors import InvalidRequestError
-from cairn.sandbox.base import SandboxBackend
+from cairn.sandbox.base import WORKSPACE_MOUNT, SandboxBackend
 from cairn.snapshots import (
     SnapshotScope,
     SnapshotStore,
@@ -52,10 +53,18 @@ def decode_inline_files(files: Sequence[Mapping[str, Any]]) -> list[tuple[str, b
         except (binascii.Error, KeyError, TypeError) as exc:
             raise InvalidRequestError("inline file data must be base64", param=f"environment.files[{index}].data") from exc
         path = str(spec.get("path", ""))
+        param = f"environment.files[{index}].path"
         try:
-            workspace_relative(path)
+            relative = workspace_relative(path)
         except InvalidRequestError as exc:
-            raise InvalidRequestError(exc.message, param=f"environment.files[{index}].path") from exc
+            raise InvalidRequestError(exc.message, param=param) from exc
+        if path.endswith("/") or not relative:
+            raise InvalidRequestError(f"path {path!r} names a directory; an inline file needs a file name", param=param)
+        if relative == OUTPUTS_DIR:
+            raise InvalidRequestError(
+                f"{WORKSPACE_MOUNT}/{OUTPUTS_DIR} is the directory whose files become artifacts; put files inside it",
+                param=param,
+            )
         decoded.append((path, data))
     return decoded
 

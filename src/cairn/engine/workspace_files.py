@@ -26,6 +26,9 @@ from cairn.sandbox.base import WORKSPACE_MOUNT
 __all__ = ["PathEscapeError", "WorkspaceFiles", "workspace_relative"]
 
 _MAX_SYMLINK_HOPS = 40
+# Linux's NAME_MAX and PATH_MAX, in bytes: past them the kernel answers ENAMETOOLONG.
+_MAX_NAME_BYTES = 255
+_MAX_PATH_BYTES = 4096
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
@@ -50,6 +53,11 @@ def workspace_relative(path: str) -> str:
         return ""
     if relative == ".." or relative.startswith("../"):
         raise PathEscapeError(f"path {path!r} is outside {WORKSPACE_MOUNT}")
+    if len(relative.encode("utf-8", "surrogatepass")) > _MAX_PATH_BYTES:
+        raise InvalidRequestError(f"path is longer than {_MAX_PATH_BYTES} bytes", param="path")
+    for name in relative.split("/"):
+        if len(name.encode("utf-8", "surrogatepass")) > _MAX_NAME_BYTES:
+            raise InvalidRequestError(f"path component {name[:40]!r}... is longer than {_MAX_NAME_BYTES} bytes", param="path")
     return relative
 
 
