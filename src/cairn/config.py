@@ -31,6 +31,10 @@ class Settings:
     sandbox: str | None = None
     workers: int = 4
     lease_s: float = 30.0
+    # A job that fails is retried after job_retry_delay_s, doubling each time, and given up
+    # on (parked, its turn failed) after job_max_attempts attempts.
+    job_max_attempts: int = 5
+    job_retry_delay_s: float = 1.0
     poll_interval_s: float = 0.25
     keepalive_s: float = 15.0
     max_body_bytes: int = 8 * 1024 * 1024
@@ -58,6 +62,9 @@ class Settings:
     def __post_init__(self) -> None:
         check_seconds(self.blob_gc_interval_s, "CAIRN_BLOB_GC_INTERVAL_S")
         check_seconds(self.blob_gc_grace_s, "CAIRN_BLOB_GC_GRACE_S")
+        check_seconds(self.job_retry_delay_s, "CAIRN_JOB_RETRY_DELAY_S")
+        if self.job_max_attempts < 1:
+            raise InvalidRequestError("CAIRN_JOB_MAX_ATTEMPTS must be 1 or more", param="CAIRN_JOB_MAX_ATTEMPTS")
 
     @property
     def resolved_database_url(self) -> str:
@@ -87,6 +94,8 @@ class Settings:
                 database_url=self.database_url or environ.get("CAIRN_DATABASE_URL"),
                 sandbox=self.sandbox or environ.get("CAIRN_SANDBOX"),
                 lease_s=float(environ.get("CAIRN_LEASE_S", self.lease_s)),
+                job_max_attempts=int(environ.get("CAIRN_JOB_MAX_ATTEMPTS", self.job_max_attempts)),
+                job_retry_delay_s=float(environ.get("CAIRN_JOB_RETRY_DELAY_S", self.job_retry_delay_s)),
                 workers=int(environ.get("CAIRN_WORKERS", self.workers)),
                 openai_base_url=self.openai_base_url or environ.get("OPENAI_BASE_URL"),
                 openai_api_key=self.openai_api_key or environ.get("OPENAI_API_KEY"),

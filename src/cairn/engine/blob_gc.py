@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
 
-import anyio
 
 from cairn._concurrency import run_sync
 from cairn.blobs import BlobFile, BlobStore
@@ -54,7 +53,7 @@ from cairn.store.artifacts import referenced_digests
 from cairn.store.blob_locks import hold_sweep_lock
 from cairn.store.db import Database
 
-__all__ = ["BlobGcReport", "collect_blob_garbage", "collect_blob_garbage_periodically"]
+__all__ = ["BlobGcReport", "collect_blob_garbage", "sweep_blob_garbage"]
 
 log = logging.getLogger(__name__)
 
@@ -191,15 +190,13 @@ def _delete(blobs: BlobStore, found: BlobFile) -> BlobFile | None:
     return found if blobs.delete(found) else None
 
 
-async def collect_blob_garbage_periodically(rt: Runtime) -> None:
-    """Sweep every `blob_gc_interval_s` (a named app task); a failed sweep is logged and the
+async def sweep_blob_garbage(rt: Runtime) -> None:
+    """One periodic sweep with the deployment's grace period; a failed sweep is logged and the
     next one tries again."""
-    while True:
-        await anyio.sleep(rt.settings.blob_gc_interval_s)
-        try:
-            report = await collect_blob_garbage(rt.db, rt.blobs, grace_s=rt.settings.blob_gc_grace_s)
-        except CairnError as exc:
-            log.warning("blob garbage collection failed: %s", exc.message)
-            continue
-        if report.blobs_deleted or report.temp_files_removed or report.failures:
-            log.info("blob gc: %s", report)
+    try:
+        report = await collect_blob_garbage(rt.db, rt.blobs, grace_s=rt.settings.blob_gc_grace_s)
+    except CairnError as exc:
+        log.warning("blob garbage collection failed: %s", exc.message)
+        return
+    if report.blobs_deleted or report.temp_files_removed or report.failures:
+        log.info("blob gc: %s", report)

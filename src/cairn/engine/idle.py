@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 
-import anyio
 
 from cairn.engine.events import environment_event
 from cairn.engine.runtime import Runtime
@@ -19,7 +18,7 @@ from cairn.errors import CairnError
 from cairn.snapshots import Retention
 from cairn.store.sessions import get_session, list_tenants, update_session
 
-__all__ = ["collect_snapshot_garbage", "persist_all_workspaces", "suspend_idle_sessions", "watch_idle_sessions"]
+__all__ = ["apply_snapshot_retention", "idle_check_interval_s", "persist_all_workspaces", "suspend_idle_sessions"]
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +51,9 @@ async def suspend_idle_sessions(rt: Runtime) -> None:
             await _suspend(rt, session_id)
 
 
-async def watch_idle_sessions(rt: Runtime) -> None:
-    interval = max(0.2, min(30.0, rt.settings.idle_stop_s / 4))
-    while True:
-        await anyio.sleep(interval)
-        await suspend_idle_sessions(rt)
+def idle_check_interval_s(rt: Runtime) -> float:
+    """How often to look for idle sessions: a quarter of the idle time, within 0.2-30 s."""
+    return max(0.2, min(30.0, rt.settings.idle_stop_s / 4))
 
 
 async def persist_all_workspaces(rt: Runtime) -> None:
@@ -65,18 +62,16 @@ async def persist_all_workspaces(rt: Runtime) -> None:
         await _suspend(rt, session_id)
 
 
-async def collect_snapshot_garbage(rt: Runtime) -> None:
-    """Apply snapshot retention to every tenant, every `snapshot_gc_interval_s`."""
+async def apply_snapshot_retention(rt: Runtime) -> None:
+    """Apply snapshot retention to every tenant (run every `snapshot_gc_interval_s`)."""
     retention = Retention(keep_last=rt.settings.snapshot_keep_last)
-    while True:
-        await anyio.sleep(rt.settings.snapshot_gc_interval_s)
-        async with rt.db.read() as conn:
-            tenants = await list_tenants(conn)
-        for tenant in tenants:
-            try:
-                report = await rt.environments.snapshots.gc(tenant, retention)
-            except CairnError as exc:
-                log.warning("snapshot garbage collection for tenant %s failed: %s", tenant, exc.message)
-                continue
-            if report.snapshots_deleted or report.packs_deleted:
-                log.info("snapshot gc for %s: %s", tenant, report)
+    async with rt.db.read() as conn:
+        tenants = await list_tenants(conn)
+    for tenant in tenants:
+        try:
+            report = await rt.environments.snapshots.gc(tenant, retention)
+        except CairnError as exc:
+            log.warning("snapshot garbage collection for tenant %s failed: %s", tenant, exc.message)
+            continue
+        if report.snapshots_deleted or report.packs_deleted:
+            log.info("snapshot gc for %s: %s", tenant, report)

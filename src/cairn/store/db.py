@@ -278,12 +278,6 @@ class Database:
             await anyio.sleep(delay)
             delay = min(delay * 2, 30.0)
 
-    async def run_checkpoints(self, interval_s: float = 1.0) -> None:
-        """Checkpoint the SQLite WAL every `interval_s` until cancelled (a named app task)."""
-        while True:
-            await anyio.sleep(interval_s)
-            await self.checkpoint_best_effort()
-
     async def checkpoint_best_effort(self) -> None:
         """A checkpoint that can fail (the database is busy) and be tried again next time."""
         try:

@@ -6,6 +6,10 @@ WHERE clause that re-states the claimable condition, and only returned rows coun
 claim gets a fresh `lease_token`; renewals and completions name it, so a worker whose
 lease was taken over can no longer touch the job (fencing). Lease times come from the
 database clock.
+
+A job that raised is queued again after a delay (`retry_job`, `run_after`) or, once it has
+used its attempts, `parked`: kept for inspection, never claimed again (issue 19). A job
+handed back on shutdown (`release_job`) does not use up an attempt.
 """
 
 from __future__ import annotations
@@ -24,12 +28,16 @@ __all__ = [
     "claim_job",
     "complete_job",
     "enqueue_job",
+    "park_job",
     "release_job",
     "renew_lease",
+    "retry_job",
 ]
 
-# Token = job id << 20 | attempt: unique across all claims of all jobs, so a turn fenced
-# by one job's token can never be written by a stale claim of another job.
+# A job's first token is (id << 20) + 1 and every claim adds one: unique across all claims of
+# all jobs, so a turn fenced by one job's token can never be written by a stale claim of
+# another job, nor by an earlier claim of the same one (attempts, which a release gives
+# back, play no part in it).
 _TOKEN_SHIFT = 20
 
 
@@ -74,7 +82,8 @@ def _claimable(db: Database) -> sa.ColumnElement[bool]:
         .exists()
     )
     expired = sa.and_(jobs.c.status == "running", jobs.c.lease_expires_at < now)
-    return sa.and_(sa.or_(jobs.c.status == "queued", expired), ~session_busy)
+    due = sa.and_(jobs.c.status == "queued", sa.or_(jobs.c.run_after.is_(None), jobs.c.run_after <= now))
+    return sa.and_(sa.or_(due, expired), ~session_busy)
 
 
 async def claim_job(db: Database, *, owner: str, lease_s: float) -> Job | None:
@@ -92,7 +101,10 @@ async def claim_job(db: Database, *, owner: str, lease_s: float) -> Job | None:
             .values(
                 status="running",
                 attempts=jobs.c.attempts + 1,
-                lease_token=sa.bindparam("token_base", job_id << _TOKEN_SHIFT) + jobs.c.attempts + 1,
+                lease_token=sa.case(
+                    (jobs.c.lease_token == 0, sa.bindparam("first_token", (job_id << _TOKEN_SHIFT) + 1)),
+                    else_=jobs.c.lease_token + 1,
+                ),
                 lease_owner=owner,
                 lease_expires_at=db.now() + lease_s,
             )
@@ -102,32 +114,42 @@ async def claim_job(db: Database, *, owner: str, lease_s: float) -> Job | None:
         return Job(**row._asdict()) if row is not None else None
 
 
+def _fenced(job: Job) -> sa.Update:
+    """An UPDATE of `job` that only the current lease holder's token can make (fencing)."""
+    return sa.update(jobs).where(jobs.c.id == job.id, jobs.c.lease_token == job.lease_token, jobs.c.status == "running")
+
+
 async def renew_lease(db: Database, job: Job, *, lease_s: float) -> bool:
     """Extend the lease; False means it was lost and the worker must stop the job."""
     async with db.write() as conn:
-        stmt = (
-            sa.update(jobs)
-            .where(jobs.c.id == job.id, jobs.c.lease_token == job.lease_token, jobs.c.status == "running")
-            .values(lease_expires_at=db.now() + lease_s)
-        )
-        return (await conn.execute(stmt)).rowcount == 1
+        return (await conn.execute(_fenced(job).values(lease_expires_at=db.now() + lease_s))).rowcount == 1
 
 
 async def complete_job(conn: Connection, job: Job, *, error: str | None = None) -> bool:
     """Mark the job done (or failed) in the caller's transaction; False if the lease was lost."""
-    stmt = (
-        sa.update(jobs)
-        .where(jobs.c.id == job.id, jobs.c.lease_token == job.lease_token, jobs.c.status == "running")
-        .values(status="failed" if error else "done", last_error=error, lease_expires_at=None)
-    )
+    stmt = _fenced(job).values(status="failed" if error else "done", last_error=error, lease_expires_at=None)
     return (await conn.execute(stmt)).rowcount == 1
 
 
 async def release_job(db: Database, job: Job) -> None:
-    """Hand an unfinished job back at once (graceful shutdown) instead of waiting for expiry."""
+    """Hand an unfinished job back at once (graceful shutdown) instead of waiting for expiry;
+    the claim it was given back from does not count as an attempt."""
     async with db.write() as conn:
         await conn.execute(
-            sa.update(jobs)
-            .where(jobs.c.id == job.id, jobs.c.lease_token == job.lease_token, jobs.c.status == "running")
-            .values(status="queued", lease_owner=None, lease_expires_at=None)
+            _fenced(job).values(status="queued", attempts=jobs.c.attempts - 1, lease_owner=None, lease_expires_at=None)
         )
+
+
+async def retry_job(db: Database, job: Job, *, delay_s: float, error: str) -> bool:
+    """Queue a job that raised again, claimable after `delay_s`; False if the lease was lost."""
+    async with db.write() as conn:
+        stmt = _fenced(job).values(
+            status="queued", run_after=db.now() + delay_s, last_error=error, lease_owner=None, lease_expires_at=None
+        )
+        return (await conn.execute(stmt)).rowcount == 1
+
+
+async def park_job(conn: Connection, job: Job, *, error: str) -> bool:
+    """Stop retrying a job that keeps failing, in the caller's transaction; False if the lease was lost."""
+    stmt = _fenced(job).values(status="parked", last_error=error, lease_expires_at=None)
+    return (await conn.execute(stmt)).rowcount == 1

@@ -155,6 +155,8 @@ jobs = sa.Table(
     sa.Column("lease_token", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("lease_owner", sa.String(128), nullable=True),
     sa.Column("lease_expires_at", sa.Float, nullable=True),
+    # A queued job is not claimed before this time (database clock): backoff after a crash.
+    sa.Column("run_after", sa.Float, nullable=True),
     sa.Column("last_error", sa.Text, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Index("ix_jobs_status_id", "status", "id"),

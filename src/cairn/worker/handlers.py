@@ -1,0 +1,54 @@
+"""What the worker does with each kind of job: run it, or give up on it for good.
+
+A handler's `give_up` ends a job that keeps failing: it is parked (never claimed again) and
+whatever waited on it is told, so nothing waits for ever. For a turn that means the turn
+`failed` with an error event and the session moving on to its next turn or to idle.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from cairn.engine.lifecycle import close_turn
+from cairn.engine.runtime import Runtime
+from cairn.engine.turn import TurnRunner
+from cairn.store.jobs import Job, park_job
+from cairn.store.turns import get_turn
+
+__all__ = ["JobHandler", "TurnJobHandler"]
+
+log = logging.getLogger(__name__)
+
+
+class JobHandler(Protocol):
+    async def run(self, job: Job) -> None:
+        """Do the job; every normal exit leaves it completed (or released by a cancel)."""
+
+    async def give_up(self, job: Job, reason: str, error: str) -> None:
+        """Park the job for good with its last `error`, and end what waits on it saying `reason`."""
+
+
+class TurnJobHandler:
+    """`run_turn` jobs: one turn of the agent loop."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.runner = TurnRunner(runtime)
+
+    async def run(self, job: Job) -> None:
+        await self.runner.run(job)
+
+    async def give_up(self, job: Job, reason: str, error: str) -> None:
+        try:
+            async with self.rt.journal.transaction(job.session_id) as tx:
+                turn = await get_turn(tx.conn, job.turn_id) if job.turn_id is not None else None
+                if turn is not None and turn.status in ("queued", "in_progress"):
+                    stopped = {"code": "internal_error", "message": f"internal error: the turn was stopped because {reason}"}
+                    await close_turn(tx, turn, "failed", error=stopped)
+                await park_job(tx.conn, job, error=error)
+        except Exception:
+            # The turn's own data may be what fails; the job must still stop being retried.
+            log.exception("job %d: failing its turn failed too; parking the job alone", job.id)
+            async with self.rt.db.write() as conn:
+                await park_job(conn, job, error=error)
