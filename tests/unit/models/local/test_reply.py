@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cairn.models._local_reply import (
+from cairn.models.local._reply import (
     FENCED_BODY,
     FINAL_ANSWER,
     FinalAnswer,

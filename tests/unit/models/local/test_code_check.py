@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cairn.models._local_code_check import (
+from cairn.models.local._code_check import (
     ignored_arguments,
     is_python_file,
     is_shell_commands,

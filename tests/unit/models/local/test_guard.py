@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cairn.models import _local_guard as _guard
-from cairn.models._local_guard import call_key, intent_key, is_looping, turn_calls
+from cairn.models.local import _guard
+from cairn.models.local._guard import call_key, intent_key, is_looping, turn_calls
 from cairn.models.base import FunctionCallInput, FunctionCallOutputInput, InputItem, MessageInput
 
 

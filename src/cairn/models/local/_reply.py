@@ -19,7 +19,7 @@ The `thought` comes first because it measurably changes the choice that follows:
 to create and run a script, the model ran the not-yet-existing file or a `tree` binary in
 3 of 5 first steps without it and wrote the file first in 4 of 4 with it; without it, it
 also answered right after writing the file, never running it. The answer's text comes
-last, so it can be streamed while it is generated (`_local_answer_stream`). The parser still accepts what a
+last, so it can be streamed while it is generated (`_answer_stream`). The parser still accepts what a
 constraint cannot rule out or a cut-off generation leaves behind: Markdown fences,
 trailing text, `arguments` given as a JSON string, alternative key names, and a reply
 truncated by the token limit (closed up where that is unambiguous).
@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cairn.models._local_tools import argument_names, writes_files
+from cairn.models.local._tool_roles import argument_names, writes_files
 from cairn.models.base import ToolSpec
 
 __all__ = [
@@ -53,7 +53,7 @@ __all__ = [
 
 FINAL_ANSWER = "final_answer"
 # Marks a branch of the reply schema whose call is followed by a code block; its value is
-# the argument the block holds. The runtime builds the grammar from it (`_local_runtime`).
+# the argument the block holds. The runtime builds the grammar from it (`_runtime`).
 FENCED_BODY = "x-fenced-body"
 # The code block after such a call, in llama.cpp's grammar notation: an opening fence with
 # an optional language tag, lines that do not start with three backticks (so a file

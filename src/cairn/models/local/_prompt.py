@@ -6,7 +6,7 @@ reuses the evaluated prefix (its KV cache) and a step costs only the new tokens,
 matters at 55-65 prompt tokens/s on two cores.
 
 The model's own earlier steps are rendered in exactly the form it was constrained to
-produce (`_local_reply.render_reply`; a file's content as a code block): a call's thought
+produce (`_reply.render_reply`; a file's content as a code block): a call's thought
 comes back from the engine as the assistant message stored just before the call, and is put
 back inside it. Tool results are Qwen's `<tool_response>` messages. The preamble is written
 for a 1.5B model: short, concrete, one rule a line, with the JSON of a reply shown and a
@@ -20,9 +20,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cairn.models._local_code_check import ignored_arguments
-from cairn.models._local_guard import SavedFiles
-from cairn.models._local_reply import (
+from cairn.models.local._code_check import ignored_arguments
+from cairn.models.local._guard import SavedFiles
+from cairn.models.local._reply import (
     FinalAnswer,
     ToolCallReply,
     fenced_argument,
@@ -30,7 +30,7 @@ from cairn.models._local_reply import (
     offered_properties,
     render_reply,
 )
-from cairn.models._local_tools import runner_name, writes_files
+from cairn.models.local._tool_roles import runner_name, writes_files
 from cairn.models.base import (
     FunctionCallInput,
     FunctionCallOutputInput,
@@ -117,7 +117,7 @@ def _tool_roles(tools: Sequence[ToolSpec]) -> str:
 
 
 def _fenced_format(fenced: Mapping[str, str]) -> str | None:
-    """How a file writer's call is written (see `_local_reply`), if any tool is one (`fenced`:
+    """How a file writer's call is written (see `_reply`), if any tool is one (`fenced`:
     `fenced_arguments` of the tools)."""
     writer = next(iter(fenced), None)
     return None if writer is None else _FENCED_FORMAT.format(tool=writer)

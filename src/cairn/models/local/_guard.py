@@ -88,7 +88,7 @@ class TurnCalls:
 def turn_calls(items: Sequence[InputItem]) -> TurnCalls:
     """Collect the calls after the last user message, which is where the turn began.
 
-    A call's thought is the assistant message stored just before it (see `local.py`).
+    A call's thought is the assistant message stored just before it (see `_provider`).
     """
     start = 0
     for index, item in enumerate(items):

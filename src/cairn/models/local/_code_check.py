@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cairn.models._local_tools import writes_files
+from cairn.models.local._tool_roles import writes_files
 from cairn.models.base import ToolSpec
 
 __all__ = [

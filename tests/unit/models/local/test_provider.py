@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from cairn.errors import InvalidRequestError, ModelError
-from cairn.models import local as local_module
-from cairn.models._local_reply import ToolCallReply, render_reply
-from cairn.models._local_runtime import Generation, GenerationSettings
-from cairn.models._local_weights import CATALOGUE
+from cairn.models.local import _provider as local_module
+from cairn.models.local._reply import ToolCallReply, render_reply
+from cairn.models.local._runtime import Generation, GenerationSettings
+from cairn.models.local._weights import CATALOGUE
 from cairn.models.base import (
     FunctionCallInput,
     FunctionCallOutputInput,
