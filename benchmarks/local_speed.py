@@ -14,11 +14,11 @@ import resource
 import time
 from pathlib import Path
 
-from cairn.models._local_prompt import render_prompt
-from cairn.models._local_reply import reply_schema
-from cairn.models._local_runtime import GenerationSettings, load_model
-from cairn.models._local_weights import CATALOGUE, materialize_weights
 from cairn.models.base import MessageInput, ModelRequest, ToolSpec
+from cairn.models.local._prompt import render_prompt
+from cairn.models.local._reply import reply_schema
+from cairn.models.local._runtime import GenerationSettings, load_model
+from cairn.models.local._weights import CATALOGUE, materialize_weights
 
 SHELL = ToolSpec(
     "shell",

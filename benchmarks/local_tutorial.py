@@ -1,9 +1,10 @@
 """Runs the tree.py tutorial's two turns on the local model, without the server.
 
-A faster loop than `cairn demo` for tuning the local provider: it drives `LocalModel`
-through the demo's two prompts and instructions (`cairn.demo`), with Cairn's own
-workspace tools (`cairn.engine.tools`) and sandbox backend, in a fresh temporary
-workspace per run holding the demo's sample project, and reports per turn: wall time, the
+A faster loop than `cairn demo` for measuring the local provider's completion rate (the
+provider itself is frozen, docs/local-model.md): it drives `LocalModel` through the demo's
+two prompts and instructions (`cairn.demo`), with Cairn's own workspace tools
+(`cairn.engine.tools`) and sandbox backend, in a fresh temporary workspace per run holding
+the demo's sample project, and reports per turn: wall time, the
 tool calls made, and whether the turn did what was asked (judged like the demo, plus: each
 turn must have run the script itself; the delivered script is run in the sandbox on a
 known tree and must print it and limit its depth, `cairn.demo.check_tree_script`).

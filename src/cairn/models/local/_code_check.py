@@ -1,28 +1,24 @@
-"""Checks the files the local model writes and the commands it runs them with.
+"""Checks the files the local model saves with a file-writing tool, before they are written.
 
 A `.py` file it saves is compiled first (`python_syntax_error`; compiling only parses and
 builds bytecode, it never runs the code), so the provider can show it the error before
 the file is written. A file holding nothing but shell commands was meant to be run, not
-saved (`is_shell_commands`). And a Python script run with arguments that its source never
-reads did not do what it was run for, though it exits 0 (`ignored_arguments`). Each was
-measured on the tree.py tutorial (issue 6, docs/local-model.md).
+saved (`is_shell_commands`): commands belong to the tool that runs them. Both were measured
+in development (issue 6, docs/local-model.md). Neither looks at what the file is for.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cairn.models._local_tools import writes_files
 from cairn.models.base import ToolSpec
+from cairn.models.local._tool_roles import writes_files
 
 __all__ = [
     "PythonSyntaxProblem",
-    "ignored_arguments",
     "is_shell_commands",
     "is_python_file",
     "python_syntax_error",
@@ -65,8 +61,8 @@ def is_python_file(path: str) -> bool:
     return path.strip().lower().endswith(_PYTHON_SUFFIXES)
 
 
-# Commands the model was seen writing into files instead of running them (mkdir lines as
-# the "content" of /workspace/demo, a cp line as the content of the copy it was asked for).
+# Commands the model was seen writing into files instead of running them (mkdir lines saved
+# as a file at the path of the directory they make, a cp line as the content of the copy).
 _SHELL_WORDS = frozenset(
     {"cd", "chmod", "cp", "echo", "ln", "ls", "mkdir", "mv", "pip", "pip3", "python", "python3", "rm", "sh", "touch"}
 )
@@ -104,47 +100,3 @@ def python_syntax_error(source: str, filename: str = "<file>") -> PythonSyntaxPr
         _log.warning("local model: could not check %s for syntax errors (%s); treating it as valid", filename, exc)
         return None
     return None
-
-
-# How a Python program reads its command line; a file with none of these ignores it.
-_READS_ARGUMENTS = re.compile(r"\b(?:sys\.argv|argv|argparse|getopt|optparse|click|typer|docopt|fire)\b")
-_PYTHON_COMMAND = re.compile(r"(?:.*/)?python(?:3(?:\.\d+)?)?")
-_SHELL_OPERATORS = frozenset({"&&", "||", ";", "|", "&", ">", ">>", "<", "2>", "2>&1", "(", ")"})
-
-
-def _python_runs(command: str, depth: int = 0) -> list[tuple[str, list[str]]]:
-    """`(script, arguments)` for each `python3 script.py args…` in a shell command line.
-
-    A `sh -c '…'` wrapper (seen: the model wraps commands in one) is looked into once.
-    """
-    try:
-        words = shlex.split(command, posix=True)
-    except ValueError:
-        return []
-    runs = []
-    for index, word in enumerate(words):
-        if word == "-c" and depth == 0 and index > 0 and words[index - 1].endswith("sh") and index + 1 < len(words):
-            runs += _python_runs(words[index + 1], depth + 1)
-        if _PYTHON_COMMAND.fullmatch(word) and index + 1 < len(words) and words[index + 1].endswith(_PYTHON_SUFFIXES):
-            arguments = []
-            for argument in words[index + 2 :]:
-                if argument in _SHELL_OPERATORS:
-                    break
-                arguments.append(argument)
-            runs.append((words[index + 1], arguments))
-    return runs
-
-
-def ignored_arguments(command: str, source_of: Callable[[str], str | None]) -> list[tuple[str, list[str]]]:
-    """The Python scripts `command` runs with arguments although their source never reads any.
-
-    `source_of(path)` is what the conversation last saved at that path (None if unknown).
-    Measured: asked to add an option, the model added a parameter and called the function
-    with a fixed value; the run exited 0 and the option silently did nothing.
-    """
-    ignored = []
-    for script, arguments in _python_runs(command):
-        source = source_of(script)
-        if arguments and source is not None and not _READS_ARGUMENTS.search(source):
-            ignored.append((script, arguments))
-    return ignored

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.models._local_weights import (
+from cairn.models.local._weights import (
     CATALOGUE,
     LocalWeights,
     LocalWeightsError,

@@ -16,10 +16,6 @@ from typing import Any
 import pytest
 
 from cairn.errors import InvalidRequestError, ModelError
-from cairn.models import local as local_module
-from cairn.models._local_reply import ToolCallReply, render_reply
-from cairn.models._local_runtime import Generation, GenerationSettings
-from cairn.models._local_weights import CATALOGUE
 from cairn.models.base import (
     FunctionCallInput,
     FunctionCallOutputInput,
@@ -32,6 +28,10 @@ from cairn.models.base import (
     ToolSpec,
 )
 from cairn.models.local import LocalModel, create_local_model, local_model_names
+from cairn.models.local import _provider as local_module
+from cairn.models.local._reply import ToolCallReply, render_reply
+from cairn.models.local._runtime import Generation, GenerationSettings
+from cairn.models.local._weights import CATALOGUE
 
 pytestmark = pytest.mark.anyio
 
@@ -120,12 +120,12 @@ async def _collect(model: LocalModel, request: ModelRequest) -> tuple[list[str],
 
 
 async def test_a_tool_call_becomes_one_call_and_no_text(install: Callable[..., LocalModel]) -> None:
-    scripted = ScriptedModel(_call("python tree.py"))
+    scripted = ScriptedModel(_call("python main.py"))
     deltas, response = await _collect(install(scripted), _request([MessageInput("user", "run it")]))
     assert deltas == []
     assert response.text is None
     [call] = response.tool_calls
-    assert (call.name, dict(call.arguments)) == ("exec_command", {"cmd": "python tree.py"})
+    assert (call.name, dict(call.arguments)) == ("exec_command", {"cmd": "python main.py"})
     assert call.call_id.startswith("call_")
     assert scripted.branch_names(0) == ["exec_command", "final_answer"]
     assert scripted.releases == 1
@@ -140,7 +140,7 @@ async def test_a_calls_thought_is_sent_as_text_once_the_call_is_kept(install: Ca
 
 
 async def test_the_final_answer_streams_as_it_is_generated(install: Callable[..., LocalModel]) -> None:
-    text = 'The output:\n.\n├── tree.py\n"done"'
+    text = 'The output:\n.\n├── main.py\n"done"'
     scripted = ScriptedModel(_answer(text), _answer(text))
     deltas, response = await _collect(install(scripted), _request([MessageInput("user", "go")]))
     assert len(deltas) > 5  # token by token, not one block
@@ -151,12 +151,12 @@ async def test_the_final_answer_streams_as_it_is_generated(install: Callable[...
 
 
 async def test_a_first_move_to_answer_is_stopped_and_checked(install: Callable[..., LocalModel]) -> None:
-    scripted = ScriptedModel(_answer("Created tree.py."), _call("python tree.py", "It is not run yet."))
+    scripted = ScriptedModel(_answer("Created main.py."), _call("python main.py", "It is not run yet."))
     deltas, response = await _collect(install(scripted), _request(_after_ls()))
     assert deltas == ["It is not run yet."]  # nothing of the stopped answer went out
     assert "check your work against the request" not in scripted.prompts[0]
     assert "check your work against the request" in scripted.prompts[1]
-    assert [c.arguments["cmd"] for c in response.tool_calls] == ["python tree.py"]
+    assert [c.arguments["cmd"] for c in response.tool_calls] == ["python main.py"]
     assert scripted.releases == 2
 
 
@@ -178,25 +178,25 @@ def _after_ls() -> list[InputItem]:
     return [
         MessageInput("user", "list"),
         FunctionCallInput("c1", "exec_command", '{"cmd": "ls"}'),
-        FunctionCallOutputInput("c1", "tree.py"),
+        FunctionCallOutputInput("c1", "main.py"),
     ]
 
 
 async def test_a_repeated_call_is_asked_again_with_a_reminder(install: Callable[..., LocalModel]) -> None:
-    scripted = ScriptedModel(_call("ls"), _call("python tree.py"))
+    scripted = ScriptedModel(_call("ls"), _call("python main.py"))
     _, response = await _collect(install(scripted), _request(_after_ls()))
-    assert [c.arguments["cmd"] for c in response.tool_calls] == ["python tree.py"]
+    assert [c.arguments["cmd"] for c in response.tool_calls] == ["python main.py"]
     assert "Do not repeat it" not in scripted.prompts[0]
     assert "Do not repeat it" in scripted.prompts[1]
     assert scripted.releases == 2
 
 
 async def test_a_call_repeated_twice_leaves_only_the_answer(install: Callable[..., LocalModel]) -> None:
-    scripted = ScriptedModel(_call("ls"), _call("ls"), _answer("The directory holds tree.py."))
+    scripted = ScriptedModel(_call("ls"), _call("ls"), _answer("The directory holds main.py."))
     deltas, response = await _collect(install(scripted), _request(_after_ls()))
     assert scripted.branch_names(2) == ["final_answer"]
-    assert response.text == "The directory holds tree.py." == "".join(deltas)
-    assert response.usage.output_tokens == sum(len(_pieces(r)) for r in (_call("ls"), _call("ls"), _answer("The directory holds tree.py.")))
+    assert response.text == "The directory holds main.py." == "".join(deltas)
+    assert response.usage.output_tokens == sum(len(_pieces(r)) for r in (_call("ls"), _call("ls"), _answer("The directory holds main.py.")))
 
 
 async def test_a_turn_with_too_many_calls_must_answer(install: Callable[..., LocalModel]) -> None:
@@ -345,7 +345,7 @@ def _write(path: str, content: str, thought: str = "") -> str:
 
 async def test_python_that_does_not_compile_is_sent_back_once_with_the_error(install: Callable[..., LocalModel]) -> None:
     fixed = "def main():\n    pass\n"
-    scripted = ScriptedModel(_write("tree.py", BROKEN, "Write it."), _write("tree.py", fixed, "Fix it."))
+    scripted = ScriptedModel(_write("main.py", BROKEN, "Write it."), _write("main.py", fixed, "Fix it."))
     deltas, response = await _collect(install(scripted), _request([MessageInput("user", "go")], [WRITE, EXEC]))
     assert deltas == ["Fix it."]  # nothing of the refused call went out
     assert response.tool_calls[0].arguments["content"] == fixed
@@ -354,7 +354,7 @@ async def test_python_that_does_not_compile_is_sent_back_once_with_the_error(ins
 
 
 async def test_a_second_broken_python_file_goes_through(install: Callable[..., LocalModel]) -> None:
-    scripted = ScriptedModel(_write("tree.py", BROKEN), _write("tree.py", BROKEN + "\n"))
+    scripted = ScriptedModel(_write("main.py", BROKEN), _write("main.py", BROKEN + "\n"))
     _, response = await _collect(install(scripted), _request([MessageInput("user", "go")], [WRITE, EXEC]))
     assert response.tool_calls[0].arguments["content"] == BROKEN + "\n"
     assert len(scripted.prompts) == 2  # running it will show the model the error
@@ -424,9 +424,9 @@ async def test_a_repeat_while_the_request_is_visibly_unfinished_names_what_is_le
 
 async def test_shell_commands_saved_as_a_file_are_sent_back_once(install: Callable[..., LocalModel]) -> None:
     shell = ToolSpec("shell", "Run.", {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}, "workspace")
-    copy = "cp /workspace/tree.py /workspace/outputs/tree.py"
+    copy = "cp /workspace/main.py /workspace/dist/main.py"
     scripted = ScriptedModel(
-        _write("/workspace/outputs/tree.py", copy, "Copy it."),
+        _write("/workspace/dist/main.py", copy, "Copy it."),
         json.dumps({"thought": "Copy it.", "name": "shell", "arguments": {"command": copy}}),
     )
     _, response = await _collect(install(scripted), _request([MessageInput("user", "go")], [WRITE, shell]))
@@ -437,54 +437,51 @@ async def test_shell_commands_saved_as_a_file_are_sent_back_once(install: Callab
 SHELL = ToolSpec("shell", "Run.", {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}, "workspace")
 
 
-async def test_an_empty_file_is_sent_back_once_naming_the_copy_command(install: Callable[..., LocalModel]) -> None:
-    scripted = ScriptedModel(_write("outputs/tree.py", "", "Copy it."), _write("outputs/tree.py", "", "Copy it."))
+async def test_an_empty_file_is_sent_back_once(install: Callable[..., LocalModel]) -> None:
+    scripted = ScriptedModel(_write("dist/main.py", "", "Write it."), _write("dist/main.py", "", "Write it."))
     _, response = await _collect(install(scripted), _request([MessageInput("user", "go")], [WRITE, SHELL]))
-    assert "its code block is empty" in scripted.prompts[1] and "To copy a file, run cp with shell." in scripted.prompts[1]
-    assert response.tool_calls[0].arguments == {"path": "outputs/tree.py", "content": ""}  # the second goes through
+    assert "its code block is empty, so dist/main.py would be an empty file" in scripted.prompts[1]
+    assert response.tool_calls[0].arguments == {"path": "dist/main.py", "content": ""}  # the second goes through
 
 
 def _written_then_run(path: str, code: str, run_output: str) -> list[InputItem]:
-    """A turn that saved `code` at `path` and then ran `python3 tree.py`."""
+    """A turn that saved `code` at `path` and then ran `python3 main.py`."""
     return [
         MessageInput("user", "go"),
         FunctionCallInput("c1", "write_file", json.dumps({"path": path, "content": code})),
         FunctionCallOutputInput("c1", f"wrote {len(code)} bytes"),
-        FunctionCallInput("c2", "shell", '{"command": "python3 tree.py"}'),
+        FunctionCallInput("c2", "shell", '{"command": "python3 main.py"}'),
         FunctionCallOutputInput("c2", run_output),
     ]
 
 
 async def test_a_file_written_again_unchanged_is_sent_back(install: Callable[..., LocalModel]) -> None:
     code = "import os\nprint(os.listdir())\n"
-    items = _written_then_run("/workspace/tree.py", code, "exit_code: 1\nTypeError: x\n")
+    items = _written_then_run("/workspace/main.py", code, "exit_code: 1\nTypeError: x\n")
     fixed = code.replace("listdir()", "listdir('.')")
-    scripted = ScriptedModel(_write("tree.py", code, "Fix it."), _write("tree.py", fixed, "Fix it."))
+    scripted = ScriptedModel(_write("main.py", code, "Fix it."), _write("main.py", fixed, "Fix it."))
     _, response = await _collect(install(scripted), _request(items, [WRITE, SHELL]))
-    assert "tree.py already holds exactly this content" in scripted.prompts[1]
+    assert "main.py already holds exactly this content" in scripted.prompts[1]
     assert "\nNot done yet: your last command failed (exit_code 1): TypeError: x." in scripted.prompts[1]
     assert response.tool_calls[0].arguments["content"] == fixed
 
 
-async def test_a_copy_written_with_other_content_is_sent_back_naming_the_command(install: Callable[..., LocalModel]) -> None:
-    items: list[InputItem] = [
-        MessageInput("user", "Copy tree.py to /workspace/outputs/tree.py."),
-        FunctionCallInput("c1", "write_file", json.dumps({"path": "tree.py", "content": "print(1)\n"})),
-        FunctionCallOutputInput("c1", "wrote 9 bytes"),
-    ]
-    copy = "mkdir -p /workspace/outputs && cp tree.py /workspace/outputs/tree.py"
-    scripted = ScriptedModel(
-        _write("/workspace/outputs/tree.py", '{"name": "final_answer"}\n', "Copy it."),
-        json.dumps({"thought": "Copy it.", "name": "shell", "arguments": {"command": copy}}),
-    )
-    _, response = await _collect(install(scripted), _request(items, [WRITE, SHELL]))
-    assert f"has the name of tree.py but not its content. To copy tree.py, run `{copy}` with shell." in scripted.prompts[1]
-    assert response.tool_calls[0].arguments == {"command": copy}
-
-
 async def test_a_file_written_again_unchanged_with_nothing_undone_goes_through(install: Callable[..., LocalModel]) -> None:
     code = "print(1)\n"
-    items = _written_then_run("tree.py", code, "exit_code: 0\n1\n")
-    scripted = ScriptedModel(_write("tree.py", code, "Write it again."))
+    items = _written_then_run("main.py", code, "exit_code: 0\n1\n")
+    scripted = ScriptedModel(_write("main.py", code, "Write it again."))
     _, response = await _collect(install(scripted), _request(items, [WRITE, SHELL]))
     assert response.tool_calls[0].arguments["content"] == code and len(scripted.prompts) == 1
+
+
+async def test_two_files_with_the_same_name_in_different_directories_are_both_written(install: Callable[..., LocalModel]) -> None:
+    """Nothing assumes that a second file of the same name is meant to be a copy of the first."""
+    items: list[InputItem] = [
+        MessageInput("user", "Create the packages a and b."),
+        FunctionCallInput("c1", "write_file", json.dumps({"path": "a/__init__.py", "content": "NAME = 'a'\n"})),
+        FunctionCallOutputInput("c1", "wrote 11 bytes"),
+    ]
+    scripted = ScriptedModel(_write("b/__init__.py", "NAME = 'b'\n", "Now package b."))
+    _, response = await _collect(install(scripted), _request(items, [WRITE, SHELL]))
+    assert response.tool_calls[0].arguments == {"path": "b/__init__.py", "content": "NAME = 'b'\n"}
+    assert len(scripted.prompts) == 1  # kept at once, not sent back

@@ -6,7 +6,7 @@ reuses the evaluated prefix (its KV cache) and a step costs only the new tokens,
 matters at 55-65 prompt tokens/s on two cores.
 
 The model's own earlier steps are rendered in exactly the form it was constrained to
-produce (`_local_reply.render_reply`; a file's content as a code block): a call's thought
+produce (`_reply.render_reply`; a file's content as a code block): a call's thought
 comes back from the engine as the assistant message stored just before the call, and is put
 back inside it. Tool results are Qwen's `<tool_response>` messages. The preamble is written
 for a 1.5B model: short, concrete, one rule a line, with the JSON of a reply shown and a
@@ -20,17 +20,6 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cairn.models._local_code_check import ignored_arguments
-from cairn.models._local_guard import SavedFiles
-from cairn.models._local_reply import (
-    FinalAnswer,
-    ToolCallReply,
-    fenced_argument,
-    fenced_arguments,
-    offered_properties,
-    render_reply,
-)
-from cairn.models._local_tools import runner_name, writes_files
 from cairn.models.base import (
     FunctionCallInput,
     FunctionCallOutputInput,
@@ -38,14 +27,21 @@ from cairn.models.base import (
     ModelRequest,
     ToolSpec,
 )
+from cairn.models.local._reply import (
+    FinalAnswer,
+    ToolCallReply,
+    fenced_argument,
+    fenced_arguments,
+    offered_properties,
+    render_reply,
+)
+from cairn.models.local._tool_roles import runner_name, writes_files
 
 __all__ = [
     "MAX_TOOL_OUTPUT_CHARS",
     "call_notes",
     "check_turn",
-    "render_check_reminder",
     "render_commands_in_file_reminder",
-    "render_copy_reminder",
     "render_empty_file_reminder",
     "render_not_done",
     "render_prompt",
@@ -73,8 +69,8 @@ or, when all the work is done, your answer to the user
 "name": "final_answer", "arguments": {"text": "<your answer>"}}
 After each tool call you get its result in a <tool_response> message."""
 
-# No code is shown: with a one-line example program here, the model's first tree.py
-# printed only the file names in 6 of 8 samples; described in words, 3 of 16
+# No code is shown: with a one-line example program here, the model's next program did
+# less than it was asked in 6 of 8 seeds; described in words, in 3 of 16
 # (docs/local-model.md). The grammar enforces the layout anyway.
 _FENCED_FORMAT = "A {tool} call gives the file's complete content after the JSON object, as a code block."
 
@@ -117,7 +113,7 @@ def _tool_roles(tools: Sequence[ToolSpec]) -> str:
 
 
 def _fenced_format(fenced: Mapping[str, str]) -> str | None:
-    """How a file writer's call is written (see `_local_reply`), if any tool is one (`fenced`:
+    """How a file writer's call is written (see `_reply`), if any tool is one (`fenced`:
     `fenced_arguments` of the tools)."""
     writer = next(iter(fenced), None)
     return None if writer is None else _FENCED_FORMAT.format(tool=writer)
@@ -190,12 +186,11 @@ _NOT_FOUND = re.compile(r"(?:^|: )([\w.+-]+): (?:command )?not found$", re.MULTI
 _USUAL_NAMES = {"python": "python3", "pip": "pip3"}
 
 
-def call_notes(call: FunctionCallInput, output: str, saved: SavedFiles) -> list[str]:
+def call_notes(call: FunctionCallInput, output: str) -> list[str]:
     """What a command's output does not say but the model needs to know, read from the call.
 
     Shown after the tool's result, and counted by the check: a program that does not exist
-    under the name used, and a Python script that exited 0 although its source (as the
-    conversation had saved it before the call, `saved`) never reads the arguments it was run with.
+    under the name used, but under its usual other name.
     """
     try:
         arguments = json.loads(call.arguments)
@@ -204,18 +199,8 @@ def call_notes(call: FunctionCallInput, output: str, saved: SavedFiles) -> list[
     command = arguments.get("command", arguments.get("cmd")) if isinstance(arguments, dict) else None
     if not isinstance(command, str):
         return []
-    notes = []
-    for missing in dict.fromkeys(_NOT_FOUND.findall(output)):
-        if missing in _USUAL_NAMES:
-            notes.append(f"There is no {missing} command here: use {_USUAL_NAMES[missing]}.")
-    if _exit_code(output) != 0:  # a crash is the first thing to fix, and says so itself
-        return notes
-    for script, ignored in ignored_arguments(command, saved.content_of):
-        notes.append(
-            f"{script} never reads its command-line arguments (it uses neither sys.argv nor argparse), "
-            f"so {' '.join(ignored)} changed nothing."
-        )
-    return notes
+    missing = dict.fromkeys(_NOT_FOUND.findall(output))
+    return [f"There is no {name} command here: use {_USUAL_NAMES[name]}." for name in missing if name in _USUAL_NAMES]
 
 
 def render_prompt(request: ModelRequest, *, reminder: str | None = None) -> str:
@@ -234,7 +219,6 @@ def render_prompt(request: ModelRequest, *, reminder: str | None = None) -> str:
     parts = [_message("system", "\n\n".join(system_parts))]
     items = list(request.input)
     calls: dict[str, FunctionCallInput] = {}
-    saved = SavedFiles()
     for index, item in enumerate(items):
         following = items[index + 1] if index + 1 < len(items) else None
         previous = items[index - 1] if index > 0 else None
@@ -248,10 +232,9 @@ def render_prompt(request: ModelRequest, *, reminder: str | None = None) -> str:
             thought = previous.text if isinstance(previous, MessageInput) and previous.role == "assistant" else ""
             parts.append(_message("assistant", _call_text(item, thought, fenced.get(item.name))))
             calls[item.call_id] = item
-            saved.add(item)
         elif isinstance(item, FunctionCallOutputInput):
             call = calls.get(item.call_id)
-            notes = call_notes(call, item.output, saved) if call is not None else []
+            notes = call_notes(call, item.output) if call is not None else []
             shown = "".join(f"\nNote: {note}" for note in notes)
             parts.append(_message("user", f"<tool_response>\n{_clip(item.output)}\n</tool_response>{shown}"))
     if reminder:
@@ -279,24 +262,12 @@ def render_commands_in_file_reminder(tool: str, path: str, runner: str | None) -
     )
 
 
-def render_empty_file_reminder(tool: str, path: str, runner: str | None) -> str:
-    """Sends back a call that would save an empty file (seen: a "copy" written as nothing)."""
-    copy = f"To copy a file, run cp with {runner}. " if runner else ""
+def render_empty_file_reminder(tool: str, path: str) -> str:
+    """Sends back a call that would save an empty file (seen: a file meant to hold a program)."""
     return (
         f"Your {tool} call was not run: its code block is empty, so {path} would be an empty file. "
-        f"{copy}To write the file, call {tool} again with its complete content; if it really must be "
+        f"To write the file, call {tool} again with its complete content; if it really must be "
         "empty, call it again the same way."
-    )
-
-
-def render_copy_reminder(tool: str, path: str, original: str, runner: str | None) -> str:
-    """Sends back a call that would save, under another file's name, other content."""
-    directory = path.rsplit("/", 1)[0] if "/" in path.strip("/") else ""
-    command = f"mkdir -p {directory} && cp {original} {path}" if directory else f"cp {original} {path}"
-    run = f"run `{command}` with {runner}" if runner else f"run `{command}`"
-    return (
-        f"Your {tool} call was not run: {path} has the name of {original} but not its content. "
-        f"To copy {original}, {run}. If {path} is meant to be a different file, call {tool} again."
     )
 
 
@@ -324,10 +295,10 @@ def render_syntax_reminder(tool: str, path: str, error: str) -> str:
 
 _EXIT_CODE = re.compile(r"^\s*exit_code: (-?\d+)")
 _QUOTED = re.compile(r"`([^`\n]+)`")
-# "Run python tree.py --max-depth 2 and report ...": what follows the verb up to the
-# next clause. It counts as a command only if its first or second word is a file name or
-# an option (`tree.py`, `./build.sh`, `-q`), so "run it and show me" and "run the tests
-# with pytest" name none.
+# "Run python3 app.py --verbose and report ...": what follows the verb up to the next
+# clause. It counts as a command only if its first or second word is a file name or an
+# option (`app.py`, `./build.sh`, `-q`), so "run it and show me" and "run the tests with
+# pytest" name none.
 _RUN_PHRASE = re.compile(r"\b[Rr]un\s+(.+?)(?=\s+(?:and|then|to)\b|[,;:]|\.(?:\s|$)|$)")
 _FILE_OR_OPTION = re.compile(r"\S*\w\.\w+|--?\w[\w-]*")
 _PYTHON = re.compile(r"\bpython3?\b")
@@ -365,7 +336,7 @@ def _unfinished(asked: str, calls: Sequence[tuple[str, str, list[str]]]) -> list
     names that no call has used, and a last command that failed. `calls` are (arguments,
     output, notes) triples; a command with a note (`call_notes`) did not do what it was run for.
     Measured: told only to check, the model answered after a failed run, and without
-    ever copying the script to the path it was asked for.
+    ever using a path the request named.
     """
     problems = []
     succeeded = [_plain(arguments) for arguments, output, notes in calls if _exit_code(output) == 0 and not notes]
@@ -404,14 +375,12 @@ def check_turn(request: ModelRequest) -> tuple[str, list[str]]:
     outputs = {item.call_id: item.output for item in items if isinstance(item, FunctionCallOutputInput)}
     lines = []
     calls: list[tuple[str, str, list[str]]] = []
-    saved = SavedFiles(items[: start + 1])
     for item in items[start + 1 :]:
         if isinstance(item, FunctionCallInput):
             output = outputs.get(item.call_id, "")
-            calls.append((item.arguments, output, call_notes(item, output, saved)))
+            calls.append((item.arguments, output, call_notes(item, output)))
             result = next((line for line in output.splitlines() if line.strip()), "no output")
             lines.append(f"- {item.name}({_brief(item.arguments)}) -> {result[:80]}")
-            saved.add(item)
     done = "\n".join(lines) or "- none yet"
     unfinished = _unfinished(asked, calls)
     if unfinished:
@@ -437,7 +406,3 @@ def render_not_done(unfinished: Sequence[str]) -> str:
     """The parts `check_turn` found undone, one line each, every line after a line break."""
     return "".join(f"\nNot done yet: {problem}." for problem in unfinished)
 
-
-def render_check_reminder(request: ModelRequest) -> str:
-    """Asks the model to check the turn's request against its calls before it answers."""
-    return check_turn(request)[0]

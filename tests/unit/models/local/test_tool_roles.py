@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cairn.models._local_tools import runner_name, writes_files
 from cairn.models.base import ToolSpec
+from cairn.models.local._tool_roles import runner_name, writes_files
 
 
 def _tool(name: str, *arguments: str) -> ToolSpec:

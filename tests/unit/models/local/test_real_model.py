@@ -37,7 +37,7 @@ pytestmark = [
     ),
 ]
 
-CACHE = Path(__file__).resolve().parents[3] / ".cairn" / "models"
+CACHE = Path(__file__).resolve().parents[4] / ".cairn" / "models"
 
 SHELL = ToolSpec(
     "shell",

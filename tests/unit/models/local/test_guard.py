@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cairn.models import _local_guard as _guard
-from cairn.models._local_guard import call_key, intent_key, is_looping, turn_calls
 from cairn.models.base import FunctionCallInput, FunctionCallOutputInput, InputItem, MessageInput
+from cairn.models.local import _guard
+from cairn.models.local._guard import call_key, intent_key, is_looping, turn_calls
 
 
 def _call(cmd: str, n: int, thought: str = "") -> list[InputItem]:
@@ -40,8 +40,8 @@ def test_the_turn_starts_at_the_last_user_message() -> None:
 
 
 def test_repeating_the_previous_call_is_a_repeat() -> None:
-    calls = turn_calls([MessageInput("user", "go"), *_call("python tree.py", 1)])
-    assert calls.is_repeat(_key("python tree.py"), NO_INTENT)
+    calls = turn_calls([MessageInput("user", "go"), *_call("python main.py", 1)])
+    assert calls.is_repeat(_key("python main.py"), NO_INTENT)
 
 
 def test_running_again_after_another_call_is_allowed_once() -> None:
@@ -77,10 +77,10 @@ def test_a_turn_without_calls_repeats_nothing() -> None:
 
 
 def test_a_third_call_in_a_row_with_the_same_intent_is_a_repeat() -> None:
-    thought = "Create a few sample files."
+    thought = "Create a few files."
     items = [MessageInput("user", "go"), *_call("touch a", 1, thought), *_call("touch b", 2, thought)]
     calls = turn_calls(items)
-    assert calls.is_repeat(_key("touch c"), intent_key("exec_command", "  create a FEW sample files. "))
+    assert calls.is_repeat(_key("touch c"), intent_key("exec_command", "  create a FEW files. "))
     assert not calls.is_repeat(_key("touch c"), intent_key("exec_command", "Now run the script."))
     assert not calls.is_repeat(_key("touch c"), intent_key("other_tool", thought))
 
@@ -88,16 +88,16 @@ def test_a_third_call_in_a_row_with_the_same_intent_is_a_repeat() -> None:
 def test_a_thought_that_only_counts_up_keeps_its_intent() -> None:
     items = [
         MessageInput("user", "go"),
-        *_call("run --max-depth 2", 1, "Run it with --max-depth 2."),
-        *_call("run --max-depth 3", 2, "Run it with --max-depth 3."),
+        *_call("run --limit 2", 1, "Run it with --limit 2."),
+        *_call("run --limit 3", 2, "Run it with --limit 3."),
     ]
     calls = turn_calls(items)
-    assert calls.is_repeat(_key("run --max-depth 4"), intent_key("exec_command", "Run it with --max-depth 4."))
+    assert calls.is_repeat(_key("run --limit 4"), intent_key("exec_command", "Run it with --limit 4."))
     assert not calls.is_repeat(_key("cp a b"), intent_key("exec_command", "Copy it."))
 
 
 def test_two_calls_with_the_same_intent_are_fine() -> None:
-    thought = "Create a few sample files."
+    thought = "Create a few files."
     calls = turn_calls([MessageInput("user", "go"), *_call("touch a", 1, thought)])
     assert not calls.is_repeat(_key("touch b"), intent_key("exec_command", thought))
 
@@ -115,7 +115,7 @@ def test_ordinary_code_is_not_looping() -> None:
 
 
 def test_counting_up_is_looping() -> None:
-    assert is_looping("".join(f"    demo/folder{i}\n" for i in range(1, 40)))
+    assert is_looping("".join(f"    data/part{i}\n" for i in range(1, 40)))
 
 
 def test_the_last_content_written_to_a_path_is_found_however_the_path_is_spelled() -> None:
@@ -124,24 +124,12 @@ def test_the_last_content_written_to_a_path_is_found_however_the_path_is_spelled
 
     items: list[InputItem] = [
         MessageInput("user", "go"),
-        write(1, "tree.py", "one"),
+        write(1, "main.py", "one"),
         write(2, "/workspace/other.py", "other"),
-        write(3, "/workspace/tree.py", "two"),
-        FunctionCallInput("c4", "exec_command", '{"cmd": "cat tree.py"}'),
+        write(3, "/workspace/main.py", "two"),
+        FunctionCallInput("c4", "exec_command", '{"cmd": "cat main.py"}'),
     ]
     saved = _guard.SavedFiles(items)
-    assert saved.content_of("./tree.py") == "two"
+    assert saved.content_of("./main.py") == "two"
     assert saved.content_of("/workspace/other.py") == "other"
     assert saved.content_of("new.py") is None
-
-
-def test_a_file_saved_under_another_files_name_with_other_content_looks_like_a_failed_copy() -> None:
-    items: list[InputItem] = [
-        MessageInput("user", "go"),
-        FunctionCallInput("w1", "write_file", json.dumps({"path": "/workspace/tree.py", "content": "new"})),
-    ]
-    saved = _guard.SavedFiles(items)
-    assert saved.copied_from("outputs/tree.py", "old") == "/workspace/tree.py"
-    assert saved.copied_from("outputs/tree.py", "new") is None  # a faithful copy
-    assert saved.copied_from("tree.py", "newer") is None  # the same file, rewritten
-    assert saved.copied_from("outputs/other.py", "old") is None

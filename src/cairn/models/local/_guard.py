@@ -5,13 +5,14 @@ the same output, and issues it again until the turn's step budget runs out. Re-r
 command is sometimes right (run, fix the file, run again), so a call counts as a repeat
 only if it is identical to the *previous* call of the turn (nothing happened in between
 that could change its result) or if the turn already made it twice (an A-B-A-B loop).
-It also loops with varying arguments: asked for "a few sample files" it wrote
-sample_file2, sample_file3, … sample_file14 under one unchanged thought. So a call that
-would be the third in a row with the same tool and the same thought is a repeat too.
-A turn with very many calls is also told to finish; that limit is a backstop well above
-what the tutorial tasks need. Within one reply, `is_looping` spots the same text over and
-over (seen: a write_file whose content ran to the token limit), so the reply can be cut
-short instead of burning minutes of generation.
+It also loops with varying arguments: it wrote one numbered file after another (`file2`,
+`file3`, … `file14`) under one unchanged thought. So a call that would be the third in a
+row with the same tool and the same thought is a repeat too. A turn with very many calls
+is also told to finish; that limit is a backstop well above what a small task needs.
+Within one reply, `is_looping` spots the same text over and over (seen: a write_file whose
+content ran to the token limit), so the reply can be cut short instead of burning minutes
+of generation. `SavedFiles` knows what the conversation last saved at each path, so a file
+written again unchanged (a repeat with a run in between) can be spotted too.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def intent_key(name: str, thought: str) -> CallKey:
     """What a call means to do: its tool and its thought, whatever its arguments.
 
     Numbers count as equal, as in `is_looping`: the model also loops by counting in its
-    thought (seen: `--max-depth 2`, `3`, … `12`, one call each, until the call cap).
+    thought (seen: the same command with an option's value counting up, `2`, `3`, … `12`,
+    one call each, until the call cap).
     """
     return (name, re.sub(r"\d+", "0", " ".join(thought.lower().split())))
 
@@ -88,7 +90,7 @@ class TurnCalls:
 def turn_calls(items: Sequence[InputItem]) -> TurnCalls:
     """Collect the calls after the last user message, which is where the turn began.
 
-    A call's thought is the assistant message stored just before it (see `local.py`).
+    A call's thought is the assistant message stored just before it (see `_provider`).
     """
     start = 0
     for index, item in enumerate(items):
@@ -112,28 +114,20 @@ def _file_key(path: str) -> str:
 
 
 class SavedFiles:
-    """Each path the conversation's calls saved, as they spelled it last, with the content
-    the last such call gave it. A saving call has a string `path` and a string `content`.
+    """The content the conversation's calls last saved at each path. A saving call has a
+    string `path` and a string `content` (whatever the tool's name)."""
 
-    Fed one item at a time (`add`), so a prompt can ask what was saved as of each point of
-    the conversation without reading it from the start again.
-    """
-
-    def __init__(self, items: Iterable[InputItem] = ()) -> None:
-        self._files: dict[str, tuple[str, str]] = {}  # `_file_key` -> (path as spelled, content)
+    def __init__(self, items: Iterable[InputItem]) -> None:
+        self._files: dict[str, str] = {}  # `_file_key` -> content
         for item in items:
-            self.add(item)
-
-    def add(self, item: InputItem) -> None:
-        if not isinstance(item, FunctionCallInput):
-            return
-        try:
-            arguments = json.loads(item.arguments)
-        except json.JSONDecodeError:
-            return
-        if isinstance(arguments, dict) and isinstance(arguments.get("content"), str):
-            if isinstance(arguments.get("path"), str):
-                self._files[_file_key(arguments["path"])] = (arguments["path"], arguments["content"])
+            if not isinstance(item, FunctionCallInput):
+                continue
+            try:
+                arguments = json.loads(item.arguments)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(arguments, dict) and isinstance(arguments.get("path"), str) and isinstance(arguments.get("content"), str):
+                self._files[_file_key(arguments["path"])] = arguments["content"]
 
     def content_of(self, path: str) -> str | None:
         """The content the last call saving `path` gave it, if any call did.
@@ -141,22 +135,7 @@ class SavedFiles:
         Measured: after a failed run, the model "fixed" the file by writing the same content
         again, which the repeat guard does not see (a run came in between).
         """
-        saved = self._files.get(_file_key(path))
-        return None if saved is None else saved[1]
-
-    def copied_from(self, path: str, content: str) -> str | None:
-        """The saved file that writing `content` to `path` looks like a failed copy of.
-
-        That is another path with the same file name whose content differs. Measured: asked
-        to copy tree.py to outputs/, the model wrote outputs/tree.py itself, once with its
-        own answer as the content, once with an older version of the script.
-        """
-        wanted = _file_key(path)
-        name = wanted.rsplit("/", 1)[-1]
-        for key, (known, saved) in self._files.items():
-            if key != wanted and key.rsplit("/", 1)[-1] == name and saved != content:
-                return known
-        return None
+        return self._files.get(_file_key(path))
 
 
 # A reply whose last _LOOP_SPAN characters repeat a block of at most _LOOP_PERIOD
@@ -168,8 +147,8 @@ _LOOP_PERIOD = 160
 def is_looping(text: str) -> bool:
     """Whether `text` ends in the same block repeated over at least _LOOP_SPAN characters.
 
-    Numbers count as equal, because the model also loops by counting: asked for a few
-    sample folders, it listed `demo/folder1` … `demo/folder94` in its answer.
+    Numbers count as equal, because the model also loops by counting: it once listed
+    numbered folders, `folder1` … `folder94`, in its answer.
     """
     if len(text) < _LOOP_SPAN:
         return False

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from cairn.models._local_reply import (
+from cairn.models.base import ToolSpec
+from cairn.models.local._reply import (
     FENCED_BODY,
     FINAL_ANSWER,
     FinalAnswer,
@@ -19,7 +20,6 @@ from cairn.models._local_reply import (
     render_reply,
     reply_schema,
 )
-from cairn.models.base import ToolSpec
 
 EXEC = ToolSpec(
     name="exec_command",
@@ -74,8 +74,8 @@ def test_answer_only_schema_for_the_repeat_guard() -> None:
 
 
 def test_parses_a_tool_call_and_its_thought() -> None:
-    raw = '{"thought": " Run the script. ", "name": "exec_command", "arguments": {"cmd": "python tree.py"}}'
-    assert parse_reply(raw, NAMES) == ToolCallReply("exec_command", {"cmd": "python tree.py"}, "Run the script.")
+    raw = '{"thought": " Run the script. ", "name": "exec_command", "arguments": {"cmd": "python main.py"}}'
+    assert parse_reply(raw, NAMES) == ToolCallReply("exec_command", {"cmd": "python main.py"}, "Run the script.")
 
 
 def test_a_call_without_a_thought_is_still_a_call() -> None:
@@ -116,8 +116,8 @@ def test_reads_final_answers_leniently(raw: str) -> None:
 
 
 def test_closes_a_final_answer_cut_off_by_the_token_limit() -> None:
-    raw = '{"name": "final_answer", "arguments": {"text": "The tree is:\\n.\\n├── a'
-    assert parse_reply(raw, NAMES) == FinalAnswer("The tree is:\n.\n├── a")
+    raw = '{"name": "final_answer", "arguments": {"text": "The listing is:\\n.\\n├── a'
+    assert parse_reply(raw, NAMES) == FinalAnswer("The listing is:\n.\n├── a")
 
 
 @pytest.mark.parametrize("cut", ['"a\\', '"a\\u00', '"a'])
@@ -227,7 +227,7 @@ def test_a_path_argument_is_one_line_without_escapes() -> None:
     pattern = write["properties"]["arguments"]["properties"]["path"]["pattern"]
     # The grammar matches the pattern against the JSON text between the quotes.
     matches = re.compile(pattern).fullmatch
-    assert matches("outputs/tree.py") and matches("src/notes/app.py") and matches("données/é.txt")
+    assert matches("dist/main.py") and matches("src/pkg/core.py") and matches("données/é.txt")
     assert not matches(r"hello.py\nprint('hello')") and not matches('a"b') and not matches("a\nb")
     own = ToolSpec("t", "d", {"type": "object", "properties": {"path": {"type": "string", "pattern": "^x$"}}}, "client")
     assert reply_schema([own])["oneOf"][0]["properties"]["arguments"]["properties"]["path"]["pattern"] == "^x$"

@@ -7,7 +7,7 @@ A llama.cpp context holds one KV cache and is not thread-safe, so each `LoadedMo
 serializes generations with a lock: concurrent sessions take turns rather than corrupt
 each other's state. Taking turns also keeps the KV-cache prefix reuse effective.
 
-Everything here is synchronous and blocks (loading, token evaluation). `local.py` calls it
+Everything here is synchronous and blocks (loading, token evaluation). `_provider` calls it
 only through worker threads, one token at a time, so the event loop never waits on it.
 """
 
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from cairn.errors import ModelError
-from cairn.models._local_reply import FENCED_BODY, FENCED_BODY_GBNF
-from cairn.models._local_sampling import install_checked_sampling
+from cairn.models.local._reply import FENCED_BODY, FENCED_BODY_GBNF
+from cairn.models.local._sampling import install_checked_sampling
 
 __all__ = [
     "Generation",
@@ -214,7 +214,7 @@ class LoadedModel:
 
 
 def reply_gbnf(schema: Mapping[str, Any]) -> str:
-    """The grammar for a reply schema (`_local_reply.reply_schema`): one JSON object of one
+    """The grammar for a reply schema (`_reply.reply_schema`): one JSON object of one
     of its branches, followed by a code block when the branch is marked `FENCED_BODY`."""
     from llama_cpp.llama_grammar import SchemaConverter  # type: ignore[import-not-found,unused-ignore]
 

@@ -10,19 +10,20 @@ reply is constrained (by a grammar built from `reply_schema`) to exactly one of
 except that a call to a tool that writes files (it takes a `path` and a string `content`)
 gives only the other arguments in its JSON and the content after it, as a Markdown code
 block (`fenced_argument`). Inside a JSON string the model wrote worse code: asked to add
-a command-line option, it added a parameter and never parsed the option, in every
-recorded run; the same request answered as a code block used argparse in 5 of 5 samples
+a command-line option to a script, it added a parameter and never parsed the option, in
+every recorded run; the same request answered as a code block parsed it in 5 of 5 seeds
 (docs/local-model.md). A code block is also where a coding model has seen most code, and
 it needs no escapes.
 
 The `thought` comes first because it measurably changes the choice that follows: asked
-to create and run a script, the model ran the not-yet-existing file or a `tree` binary in
-3 of 5 first steps without it and wrote the file first in 4 of 4 with it; without it, it
-also answered right after writing the file, never running it. The answer's text comes
-last, so it can be streamed while it is generated (`_local_answer_stream`). The parser still accepts what a
-constraint cannot rule out or a cut-off generation leaves behind: Markdown fences,
-trailing text, `arguments` given as a JSON string, alternative key names, and a reply
-truncated by the token limit (closed up where that is unambiguous).
+to create and run a script, the model ran the not-yet-existing file, or a system program
+of a similar name, in 3 of 5 first steps without it and wrote the file first in 4 of 4
+with it; without it, it also answered right after writing the file, never running it.
+The answer's text comes last, so it can be streamed while it is generated
+(`_answer_stream`). The parser still accepts what a constraint cannot rule out or a
+cut-off generation leaves behind: Markdown fences, trailing text, `arguments` given as a
+JSON string, alternative key names, and a reply truncated by the token limit (closed up
+where that is unambiguous).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cairn.models._local_tools import argument_names, writes_files
 from cairn.models.base import ToolSpec
+from cairn.models.local._tool_roles import argument_names, writes_files
 
 __all__ = [
     "FENCED_BODY",
@@ -53,7 +54,7 @@ __all__ = [
 
 FINAL_ANSWER = "final_answer"
 # Marks a branch of the reply schema whose call is followed by a code block; its value is
-# the argument the block holds. The runtime builds the grammar from it (`_local_runtime`).
+# the argument the block holds. The runtime builds the grammar from it (`_runtime`).
 FENCED_BODY = "x-fenced-body"
 # The code block after such a call, in llama.cpp's grammar notation: an opening fence with
 # an optional language tag, lines that do not start with three backticks (so a file
@@ -119,9 +120,9 @@ def fenced_arguments(tools: Sequence[ToolSpec]) -> dict[str, str]:
 def offered_tools(tools: Sequence[ToolSpec]) -> list[ToolSpec]:
     """The tools the model is offered: all of them, except a patch tool next to a file writer.
 
-    Measured on the tree.py tutorial: every patch the model wrote was malformed (it
-    filled the patch format's placeholders with "(tree.py)"), each costing a step, while it
-    writes whole files correctly. So when a tool writes whole files (it takes a `path`
+    Measured in development: every patch the model wrote was malformed (it filled the
+    patch format's placeholders with a file name in parentheses), each costing a step, while
+    it writes whole files correctly. So when a tool writes whole files (it takes a `path`
     and a `content`), a tool whose only argument is a `patch` is left out.
     """
     if not any(writes_files(tool) for tool in tools):

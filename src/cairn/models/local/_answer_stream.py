@@ -1,6 +1,6 @@
 """Streams the final answer's text out of a reply while the model is still writing it.
 
-The constrained reply is JSON (`_local_reply`), so the answer arrives as a JSON string
+The constrained reply is JSON (`_reply`), so the answer arrives as a JSON string
 inside `{"thought": "…", "name": "final_answer", "arguments": {"text": "…"}}`. Waiting for the closing
 brace would turn a minute of token-by-token output into one late block; instead this
 watches the raw text, recognizes the final-answer prefix as soon as it is complete, and
