@@ -1,4 +1,4 @@
-"""The `cairn` command: serve, keys, db, blobs, doctor, demo.
+"""The `cairn` command: serve, worker, keys, db, blobs, snapshots, doctor, demo.
 
 Every subcommand runs its async work with `anyio.run`; errors a user can fix end in a
 one-line message and exit status 2, never a traceback.
@@ -11,6 +11,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -91,13 +92,15 @@ async def _serve(settings: Settings) -> None:
     import uvicorn
 
     from cairn.api.app import create_app
+    from cairn.bootstrap import serving_process
 
     if await prepare_data_dir(settings):
         print(f"created admin API key in {settings.admin_key_path}", file=sys.stderr)
     # Event streams stay open indefinitely: give them a bounded grace period on shutdown,
-    # then close them; clients resume from their last sequence number.
+    # then close them; clients resume from their last sequence number. The worker is
+    # drained after that, in the app's lifespan (uvicorn owns the signals here).
     config = uvicorn.Config(
-        create_app(settings),
+        create_app(serving_process(settings)),
         host=settings.host,
         port=settings.port,
         log_level="info",
@@ -109,6 +112,34 @@ async def _serve(settings: Settings) -> None:
     await server.serve()
     if not server.started:
         raise CairnError(f"the server did not start (is {settings.host}:{settings.port} free?)", code="serve_failed")
+
+
+async def _worker(settings: Settings) -> None:
+    """Run jobs without HTTP until SIGTERM or SIGINT: the first drains (no new job; running
+    turns get `drain_grace_s` to end their step and hand their job back), a second stops now."""
+    from cairn.bootstrap import open_runtime, running
+
+    if settings.workers < 1:
+        raise CairnError("cairn worker needs --workers 1 or more", code="invalid_argument")
+    _make_data_dir(settings)
+    async with open_runtime(settings) as runtime, running(runtime, workers=settings.workers) as service:
+        assert service is not None
+        log.info("worker started: %d job slot(s) on %s", settings.workers, runtime.db.url.render_as_string())
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for received in signals:
+                log.info("%s: draining (grace %.0f s; send it again to stop now)", signal.Signals(received).name, settings.drain_grace_s)
+                break
+            async with anyio.create_task_group() as tg:
+
+                async def stop_on_second_signal() -> None:
+                    async for _ in signals:
+                        log.warning("second signal: stopping now; running jobs are handed back")
+                        tg.cancel_scope.cancel()
+
+                tg.start_soon(stop_on_second_signal)
+                if not await service.drain(settings.drain_grace_s):
+                    log.warning("jobs still ran after the grace period; they are handed back")
+                tg.cancel_scope.cancel()
 
 
 async def _keys(args: argparse.Namespace, settings: Settings) -> None:
@@ -192,6 +223,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--sandbox", default=None, help="sandbox backend (default: the best isolating one)")
     serve.add_argument("--workers", type=int, default=None, help="turns run at once by this process; 0 = API only (default 4)")
 
+    worker = sub.add_parser("worker", parents=[common], help="run turns without serving HTTP (beside `serve --workers 0`)")
+    worker.add_argument("--scripts-dir", default=None, help="directory of scripted:NAME model scripts")
+    worker.add_argument("--sandbox", default=None, help="sandbox backend (default: the best isolating one)")
+    worker.add_argument("--workers", type=int, default=None, help="turns run at once by this process (default 4)")
+
     keys = sub.add_parser("keys", parents=[common], help="manage API keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
     create = keys_sub.add_parser("create", parents=[common], help="create a key and print it once")
@@ -228,7 +264,7 @@ def _parser() -> argparse.ArgumentParser:
     from cairn.snapshots import add_snapshot_commands
 
     def open_store(args: argparse.Namespace) -> SnapshotStore:
-        from cairn.api.app import build_snapshot_store
+        from cairn.bootstrap import build_snapshot_store
 
         return build_snapshot_store(Settings(data_dir=Path(args.data_dir)).with_env())
 
@@ -242,7 +278,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    level = logging.INFO if args.command == "serve" else logging.WARNING
+    level = logging.INFO if args.command in ("serve", "worker") else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "demo":
@@ -251,6 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = _settings(args)
         if args.command == "serve":
             anyio.run(_serve, settings)
+        elif args.command == "worker":
+            anyio.run(_worker, settings)
         elif args.command == "keys":
             anyio.run(_keys, args, settings)
         elif args.command == "db":

@@ -35,6 +35,9 @@ class Settings:
     # on (parked, its turn failed) after job_max_attempts attempts.
     job_max_attempts: int = 5
     job_retry_delay_s: float = 1.0
+    # On SIGTERM a worker claims nothing more and gives running turns this long to reach the
+    # end of their step and hand their job back; then (or at a second SIGTERM) it stops.
+    drain_grace_s: float = 30.0
     poll_interval_s: float = 0.25
     keepalive_s: float = 15.0
     max_body_bytes: int = 8 * 1024 * 1024
@@ -63,6 +66,7 @@ class Settings:
         check_seconds(self.blob_gc_interval_s, "CAIRN_BLOB_GC_INTERVAL_S")
         check_seconds(self.blob_gc_grace_s, "CAIRN_BLOB_GC_GRACE_S")
         check_seconds(self.job_retry_delay_s, "CAIRN_JOB_RETRY_DELAY_S")
+        check_seconds(self.drain_grace_s, "CAIRN_DRAIN_GRACE_S")
         if self.job_max_attempts < 1:
             raise InvalidRequestError("CAIRN_JOB_MAX_ATTEMPTS must be 1 or more", param="CAIRN_JOB_MAX_ATTEMPTS")
 
@@ -96,6 +100,7 @@ class Settings:
                 lease_s=float(environ.get("CAIRN_LEASE_S", self.lease_s)),
                 job_max_attempts=int(environ.get("CAIRN_JOB_MAX_ATTEMPTS", self.job_max_attempts)),
                 job_retry_delay_s=float(environ.get("CAIRN_JOB_RETRY_DELAY_S", self.job_retry_delay_s)),
+                drain_grace_s=float(environ.get("CAIRN_DRAIN_GRACE_S", self.drain_grace_s)),
                 workers=int(environ.get("CAIRN_WORKERS", self.workers)),
                 openai_base_url=self.openai_base_url or environ.get("OPENAI_BASE_URL"),
                 openai_api_key=self.openai_api_key or environ.get("OPENAI_API_KEY"),

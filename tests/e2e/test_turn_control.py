@@ -145,8 +145,9 @@ def test_a_server_killed_mid_turn_resumes_the_turn_after_restart(scripts_dir: Pa
 
 
 def test_a_graceful_shutdown_hands_the_turn_back_at_once(scripts_dir: Path) -> None:
-    # A long lease: the turn resumes quickly only because the job was released, not expired.
-    instance = make_server(scripts_dir, env={"CAIRN_LEASE_S": "300"}).start()
+    # A long lease: the turn resumes quickly only because the job was released, not expired;
+    # no drain grace: the running command is not waited for.
+    instance = make_server(scripts_dir, env={"CAIRN_LEASE_S": "300", "CAIRN_DRAIN_GRACE_S": "0"}).start()
     try:
         with httpx.Client(base_url=instance.base_url, headers={"Authorization": f"Bearer {instance.admin_key}"}) as http:
             session_id = _start(http, "scripted:crash", "go")

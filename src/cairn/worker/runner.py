@@ -44,19 +44,34 @@ class Worker:
         self.concurrency = concurrency
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.handlers: dict[str, JobHandler] = {RUN_TURN: TurnJobHandler(runtime)}
+        self._slots = anyio.Semaphore(concurrency)
+        self._draining = anyio.Event()
+        self._running = 0
+        self._idle = anyio.Event()
+        self._idle.set()
 
     async def run(self) -> None:
-        """Claim and run jobs until cancelled; at most `concurrency` at a time."""
-        slots = anyio.Semaphore(self.concurrency)
+        """Claim and run jobs until cancelled or drained; at most `concurrency` at a time."""
         async with anyio.create_task_group() as tg:
-            while True:
-                await slots.acquire()
-                job = await self._claim()
+            while not self._draining.is_set():
+                await self._slots.acquire()
+                job = None if self._draining.is_set() else await self._claim()
                 if job is None:
-                    slots.release()
-                    await self.rt.notifier.wait_job(self.rt.settings.poll_interval_s)
+                    self._slots.release()
+                    if not self._draining.is_set():
+                        await self.rt.notifier.wait_job(self.rt.settings.poll_interval_s)
                     continue
-                tg.start_soon(self._run_job, job, slots, name=f"job-{job.id}")
+                self._running += 1
+                self._idle = anyio.Event()
+                tg.start_soon(self._run_job, job, name=f"job-{job.id}")
+
+    async def drain(self, grace_s: float) -> bool:
+        """Claim no more jobs; wait up to `grace_s` for the running ones to end. True if they did."""
+        self._draining.set()
+        with anyio.move_on_after(grace_s):
+            await self._idle.wait()
+            return True
+        return False
 
     async def _claim(self) -> Job | None:
         try:
@@ -65,7 +80,7 @@ class Worker:
             log.exception("claiming a job failed; trying again")
             return None
 
-    async def _run_job(self, job: Job, slots: anyio.Semaphore) -> None:
+    async def _run_job(self, job: Job) -> None:
         try:
             handler = self.handlers.get(job.kind)
             if handler is None:
@@ -88,7 +103,10 @@ class Worker:
             except Exception as exc:
                 await self._after_failure(handler, job, exc)
         finally:
-            slots.release()
+            self._running -= 1
+            if self._running == 0:
+                self._idle.set()
+            self._slots.release()
 
     async def _run_leased(self, handler: JobHandler, job: Job) -> None:
         try:

@@ -2,7 +2,9 @@
 
 The job loop, the suspension of idle workspaces and the periodic garbage collection of
 snapshots and artifact blobs run in the caller's task group; none of them can stop another
-or stop for good (`cairn.worker.background`).
+or stop for good (`cairn.worker.background`). `drain` is the graceful half of a shutdown:
+no new job is claimed, and running ones get a grace period to end before the caller cancels
+what is left (a cancelled job is handed back at once, for another worker to resume).
 """
 
 from __future__ import annotations
@@ -17,22 +19,37 @@ from cairn.engine.runtime import Runtime
 from cairn.worker.background import run_periodically, supervise
 from cairn.worker.runner import Worker
 
-__all__ = ["start_worker_tasks"]
+__all__ = ["WorkerService", "start_worker_tasks"]
 
 
-def start_worker_tasks(tg: TaskGroup, runtime: Runtime, *, concurrency: int) -> None:
-    """Start the job loop with `concurrency` slots and the periodic care of workspaces and blobs."""
-    settings = runtime.settings
-    tg.start_soon(supervise, "worker", Worker(runtime, concurrency=concurrency).run, name="worker")
-    tg.start_soon(
-        run_periodically, "idle-sessions", idle_check_interval_s(runtime), partial(suspend_idle_sessions, runtime),
-        name="idle-sessions",
-    )
-    tg.start_soon(
-        run_periodically, "snapshot-gc", settings.snapshot_gc_interval_s, partial(apply_snapshot_retention, runtime),
-        name="snapshot-gc",
-    )
-    if settings.blob_gc_interval_s > 0:
+class WorkerService:
+    """The job loop and the periodic care of workspaces and blobs of one process."""
+
+    def __init__(self, runtime: Runtime, *, concurrency: int) -> None:
+        self.runtime = runtime
+        self.worker = Worker(runtime, concurrency=concurrency)
+
+    def start(self, tg: TaskGroup) -> None:
+        rt = self.runtime
+        settings = rt.settings
+        tg.start_soon(supervise, "worker", self.worker.run, name="worker")
         tg.start_soon(
-            run_periodically, "blob-gc", settings.blob_gc_interval_s, partial(sweep_blob_garbage, runtime), name="blob-gc"
+            run_periodically, "idle-sessions", idle_check_interval_s(rt), partial(suspend_idle_sessions, rt), name="idle-sessions"
         )
+        tg.start_soon(
+            run_periodically, "snapshot-gc", settings.snapshot_gc_interval_s, partial(apply_snapshot_retention, rt),
+            name="snapshot-gc",
+        )
+        if settings.blob_gc_interval_s > 0:
+            tg.start_soon(run_periodically, "blob-gc", settings.blob_gc_interval_s, partial(sweep_blob_garbage, rt), name="blob-gc")
+
+    async def drain(self, grace_s: float) -> bool:
+        """Claim nothing more and wait up to `grace_s` for running jobs to end; True if they all did."""
+        return await self.worker.drain(grace_s)
+
+
+def start_worker_tasks(tg: TaskGroup, runtime: Runtime, *, concurrency: int) -> WorkerService:
+    """Start a `WorkerService` with `concurrency` job slots in `tg`."""
+    service = WorkerService(runtime, concurrency=concurrency)
+    service.start(tg)
+    return service

@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from cairn.api.app import build_runtime
+from cairn.bootstrap import build_runtime
 from cairn.api.sse import KEEPALIVE, event_stream
 from cairn.config import Settings
 from cairn.engine.journal import Journal

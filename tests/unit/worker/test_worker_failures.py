@@ -18,7 +18,7 @@ import anyio
 import pytest
 import sqlalchemy as sa
 
-from cairn.api.app import build_runtime
+from cairn.bootstrap import build_runtime
 from cairn.config import Settings
 from cairn.engine.runtime import Runtime
 from cairn.engine.sessions import SessionService

@@ -1,0 +1,130 @@
+"""The composition root: settings → database, blob store, snapshot store, sandbox, models, engine.
+
+Every process builds itself here and nowhere else: `cairn serve` (the API, with or without an
+embedded worker), `cairn worker` (jobs only), the test servers and the benchmarks. `api/`
+receives a built runtime and only speaks HTTP; `worker/` receives one and only runs jobs; they
+never import each other.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+
+import anyio
+
+from cairn.blobs import BlobStore
+from cairn.config import Settings
+from cairn.engine.environment import Environments
+from cairn.engine.idle import persist_all_workspaces
+from cairn.engine.journal import Journal, wake_on_topic
+from cairn.engine.notifier import Notifier
+from cairn.engine.runtime import Runtime
+from cairn.errors import InvalidRequestError
+from cairn.models.registry import check_model_name, resolve_model
+from cairn.sandbox import select_backend
+from cairn.snapshots import SnapshotStore, SnapshotStoreConfig, open_snapshot_store
+from cairn.store.db import Database
+from cairn.store.migrate import check_schema
+from cairn.worker.background import run_periodically, supervise
+from cairn.worker.service import WorkerService
+
+__all__ = ["build_runtime", "build_snapshot_store", "open_runtime", "running", "serving_process"]
+
+log = logging.getLogger(__name__)
+
+_WAL_CHECKPOINT_INTERVAL_S = 1.0
+
+
+def build_snapshot_store(settings: Settings) -> SnapshotStore:
+    """The deployment's snapshot store, chosen by `Settings.snapshot_store`."""
+    if settings.snapshot_store not in ("local", "s3", "none"):
+        raise InvalidRequestError(
+            f"unknown snapshot store {settings.snapshot_store!r}: use local, s3 or none", param="CAIRN_SNAPSHOT_STORE"
+        )
+    return open_snapshot_store(
+        SnapshotStoreConfig(
+            backend=settings.snapshot_store,  # type: ignore[arg-type]
+            local_root=settings.snapshots_dir,
+            s3_bucket=settings.s3_bucket,
+            s3_prefix=settings.s3_prefix,
+            s3_endpoint_url=settings.s3_endpoint_url,
+        )
+    )
+
+
+def build_runtime(settings: Settings, db: Database) -> Runtime:
+    """Every long-lived collaborator of the engine, over an open database."""
+    sandbox = select_backend(settings.sandbox)
+    notifier = Notifier()
+    return Runtime(
+        settings=settings,
+        db=db,
+        notifier=notifier,
+        journal=Journal(db, notifier),
+        sandbox=sandbox,
+        blobs=BlobStore(settings.blobs_dir),
+        environments=Environments(settings.workspaces_dir, sandbox, build_snapshot_store(settings)),
+        resolve_model=partial(resolve_model, settings=settings),
+        check_model=partial(check_model_name, settings=settings),
+    )
+
+
+@asynccontextmanager
+async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
+    """A runtime on the configured database (its schema checked, never migrated here).
+
+    On the way out every workspace this process holds is persisted, shielded from
+    cancellation, so stopping a process never loses one.
+    """
+    db = Database(settings.resolved_database_url)
+    try:
+        await check_schema(db)
+        runtime = build_runtime(settings, db)
+        log.info("sandbox backend: %s", runtime.sandbox.name)
+        try:
+            yield runtime
+        finally:
+            with anyio.CancelScope(shield=True):
+                await persist_all_workspaces(runtime)
+                await runtime.environments.snapshots.aclose()
+    finally:
+        await db.dispose()
+
+
+@asynccontextmanager
+async def running(runtime: Runtime, *, workers: int) -> AsyncIterator[WorkerService | None]:
+    """The process's background tasks until the block ends: change notifications in every
+    process, and with `workers` > 0 the job loop and the care of workspaces and blobs.
+
+    Yields the worker service (None without workers), so the caller can drain it before the
+    block ends; whatever still runs then is cancelled, and a cancelled job is handed back.
+    """
+    async with anyio.create_task_group() as tg:
+        db = runtime.db
+        if db.is_sqlite:
+            checkpoint = db.checkpoint_best_effort
+            tg.start_soon(run_periodically, "wal-checkpoints", _WAL_CHECKPOINT_INTERVAL_S, checkpoint, name="wal-checkpoints")
+        else:
+            listen = partial(db.listen, partial(wake_on_topic, runtime.notifier))
+            tg.start_soon(supervise, "change-listener", listen, name="change-listener")
+        service = WorkerService(runtime, concurrency=workers) if workers > 0 else None
+        if service is not None:
+            service.start(tg)
+        yield service
+        tg.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def serving_process(settings: Settings) -> AsyncIterator[Runtime]:
+    """What `cairn serve` runs beside the HTTP app: the runtime and, with `settings.workers`,
+    a worker drained for up to `settings.drain_grace_s` when the server stops."""
+    async with open_runtime(settings) as runtime, running(runtime, workers=settings.workers) as service:
+        try:
+            yield runtime
+        finally:
+            if service is not None:
+                with anyio.CancelScope(shield=True):
+                    await service.drain(settings.drain_grace_s)
