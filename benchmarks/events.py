@@ -46,7 +46,7 @@ from pathlib import Path
 import anyio
 import numpy as np
 
-from cairn.api.app import build_runtime
+from cairn.bootstrap import build_runtime
 from cairn.api.sse import event_stream, frame, sse_response
 from cairn.config import Settings
 from cairn.engine.journal import Journal

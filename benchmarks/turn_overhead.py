@@ -30,7 +30,7 @@ from typing import Any
 
 import anyio
 
-from cairn.api.app import build_runtime
+from cairn.bootstrap import build_runtime
 from cairn.config import Settings
 from cairn.engine.sessions import SessionService
 from cairn.engine.turn import TurnRunner
