@@ -5,6 +5,8 @@ from __future__ import annotations
 import openai
 import pytest
 
+from tests.e2e.streams import read_turn
+
 
 def _session(client: openai.OpenAI, **kwargs: object) -> str:
     return client.beta.agents.sessions.create(
@@ -56,9 +58,7 @@ def test_list_filters_by_agent_before_it_paginates(client: openai.OpenAI) -> Non
 def test_an_artifact_can_be_deleted_and_is_gone(client: openai.OpenAI) -> None:
     sessions = client.beta.agents.sessions
     with sessions.create(agent={"model": "scripted:tree"}, environment={"type": "openai_hosted"}, input="one", stream=True) as stream:
-        session_id = next(iter(stream)).session.id
-        for _ in stream:
-            pass
+        session_id = read_turn(stream)[0].session.id
     with sessions.stream(session_id, input="two") as turn:
         turn.get_final_result()
     artifact = next(iter(sessions.artifacts.list(session_id)))
