@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -20,6 +19,7 @@ from cairn.store.keys import create_key, find_key, revoke_key
 from cairn.store.sessions import SessionRecord, get_session, insert_session, list_sessions
 from cairn.store.tables import jobs
 from cairn.store.turns import TurnRecord, advance_step, fence_turn, get_turn, insert_turn, update_turn
+from tests.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -191,9 +191,8 @@ async def test_an_expired_lease_is_reclaimed_and_the_old_holder_is_fenced_off(db
         await enqueue_job(conn, kind="run_turn", session_id="s1", turn_id="t1")
     old = await claim_job(db, owner="w1", lease_s=0.2)
     assert old is not None
-    await asyncio.sleep(0.4)
-    new = await claim_job(db, owner="w2", lease_s=30)
-    assert new is not None and new.id == old.id and new.lease_token != old.lease_token
+    new = await until(lambda: claim_job(db, owner="w2", lease_s=30), "the lease to expire and the job to be claimed again")
+    assert new.id == old.id and new.lease_token != old.lease_token
     assert not await renew_lease(db, old, lease_s=30)
     async with db.write() as conn:
         assert not await complete_job(conn, old)
