@@ -7,8 +7,6 @@ import hashlib
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +15,15 @@ import pytest
 
 from cairn.testing.server import CairnServer
 from tests.e2e.conftest import make_server, remove_server
+from tests.e2e.streams import read_turn
+from tests.waits import until_blocking
 
 
 def _turn(client: openai.OpenAI, session_id: str | None, input: str) -> str:
     sessions = client.beta.agents.sessions
     if session_id is None:
         with sessions.create(agent={"model": "scripted:publish"}, environment={"type": "openai_hosted"}, input=input, stream=True) as stream:
-            session_id = next(iter(stream)).session.id
-            for _ in stream:
-                pass
+            session_id = read_turn(stream)[0].session.id
         return session_id
     with sessions.stream(session_id, input=input) as turn:
         turn.get_final_result()
@@ -44,14 +42,6 @@ def _blob(server: CairnServer, client: openai.OpenAI, session_id: str, artifact_
     return path
 
 
-def _until(condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_the_server_frees_deleted_content_and_keeps_shared_content(scripts_dir: Path) -> None:
     server = make_server(scripts_dir, env={"CAIRN_BLOB_GC_INTERVAL_S": "0.2", "CAIRN_BLOB_GC_GRACE_S": "1"}).start()
     try:
@@ -68,11 +58,11 @@ def test_the_server_frees_deleted_content_and_keeps_shared_content(scripts_dir: 
             # The first session goes, and with it one reference to the shared content.
             sessions.delete(first)
             sessions.artifacts.delete(own.id, session_id=second)
-            _until(lambda: not own_blob.exists(), "the sweep to free the deleted artifact's content")
+            until_blocking(lambda: not own_blob.exists(), "the sweep to free the deleted artifact's content", timeout_s=30)
             assert shared_blob.exists(), "the second session still references it"
 
             sessions.artifacts.delete(shared.id, session_id=second)
-            _until(lambda: not shared_blob.exists(), "the sweep to free the last reference's content")
+            until_blocking(lambda: not shared_blob.exists(), "the sweep to free the last reference's content", timeout_s=30)
             with pytest.raises(openai.NotFoundError):
                 sessions.artifacts.content(shared.id, session_id=second)
             assert "blob gc: BlobGcReport" in server.log()

@@ -12,6 +12,7 @@ import pytest
 from openai.lib.beta.agents._result import AgentTurnResultError
 
 from cairn.testing.server import CairnServer
+from tests.e2e.streams import EventTail, read_until
 
 WEATHER_TOOL = {
     "type": "function",
@@ -22,19 +23,11 @@ WEATHER_TOOL = {
 
 
 def _wait_until_idle(server: CairnServer, session_id: str) -> None:
-    """Replay the session's log from the start until it shows the session idle again."""
-    seen_results = False
-    with httpx.stream(
-        "GET", f"{server.base_url}/agents/sessions/{session_id}/events", params={"starting_after": 0},
-        headers={"Authorization": f"Bearer {server.admin_key}"}, timeout=30,
-    ) as response:
-        for line in response.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            event = json.loads(line[len("data: "):])
-            seen_results = seen_results or event["type"] == "agent.session.turn.item.added" and event["item"]["type"] == "function_call_output"
-            if seen_results and event["type"] == "agent.session.idle":
-                return
+    """Replay the session's log from the start until it shows the session idle after the tool's result."""
+    tail = EventTail(server, session_id)
+    tail.until(lambda event: event["type"] == "agent.session.idle" and any(
+        e["type"] == "agent.session.turn.item.added" and e["item"]["type"] == "function_call_output" for e in tail.events
+    ))
 
 
 def _idle_session(client: openai.OpenAI, model: str = "scripted:client_tool", tools: list[Any] | None = None) -> str:
@@ -84,9 +77,7 @@ def test_requires_action_is_reported_and_resolved_over_rest(server: CairnServer,
     with sessions.events.stream(session_id) as live:
         sessions.events.create(session_id, events=[{"type": "agent.session.input.message", "input": [
             {"role": "user", "content": [{"type": "input_text", "text": "weather?"}]}]}])
-        for event in live:
-            if event.type == "agent.session.requires_action":
-                break
+        read_until(live, lambda event: event.type == "agent.session.requires_action", "the session to require an action")
     session = sessions.retrieve(session_id)
     assert session.status == "requires_action"
     action = session.required_actions[0]

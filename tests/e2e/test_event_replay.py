@@ -21,16 +21,16 @@ import pytest
 import sqlalchemy as sa
 
 from cairn import Client
-from cairn.client import Backoff, ResumableEventStream
+from cairn.client import Backoff
 from cairn.testing.postgres import ThrowawayPostgres
 from cairn.testing.server import CairnServer
 from tests.e2e.conftest import make_server, remove_server
+from tests.e2e.streams import TERMINAL, read_turn
 
 LONG = "scripted:long_turn"
 HOSTED = {"type": "openai_hosted"}
 # Quick to retry, patient enough to outlast a server restart.
 BACKOFF = Backoff(initial_s=0.02, max_s=0.5, max_attempts=60)
-_TERMINAL = ("agent.session.turn.completed", "agent.session.turn.failed", "agent.session.turn.cancelled")
 
 
 class CuttingProxy:
@@ -122,18 +122,6 @@ def sqlite_url(server: CairnServer) -> str:
     return f"sqlite:///{server.data_dir / 'cairn.db'}"
 
 
-def read_turn(stream: ResumableEventStream) -> list[str]:
-    """Everything up to the `idle` that follows the first turn's terminal event."""
-    raws: list[str] = []
-    ended = False
-    for event in stream:
-        raws.append(event.raw)
-        ended = ended or event.type in _TERMINAL
-        if ended and event.type == "agent.session.idle":
-            return raws
-    raise AssertionError(f"the stream ended after {len(raws)} events")
-
-
 def assert_same_log(received: list[str], stored: list[str]) -> None:
     assert len(received) == len(stored), (len(received), len(stored))
     assert received == stored
@@ -163,7 +151,7 @@ def test_stream_cut_at_random_points_reassembles_to_the_stored_log(server: Cairn
     with Client(server.base_url, server.admin_key) as direct, Client(proxy.base_url, server.admin_key, backoff=BACKOFF) as cut:
         session = direct.sessions.create(agent={"model": LONG}, environment=HOSTED, input="go")
         with cut.events.stream(session.id, starting_after=0) as stream:
-            received = read_turn(stream)
+            received = [event.raw for event in read_turn(stream)]
             reconnects = stream.reconnects
     stored = stored_log(sqlite_url(server), session.id)
     assert_same_log(received, stored)
@@ -184,7 +172,7 @@ def test_live_stream_and_replay_after_the_fact_agree(server: CairnServer, proxy:
             direct.beta.agents.sessions.events.create(
                 session.id, events=[{"type": "agent.session.input.message", "input": [{"role": "user", "content": [{"type": "input_text", "text": "go"}]}]}],
             )
-            received = read_turn(stream)
+            received = [event.raw for event in read_turn(stream)]
     assert_same_log(received, stored_log(sqlite_url(server), session.id)[start:])
 
 
@@ -254,9 +242,11 @@ def test_stream_survives_a_server_crash_and_restart(scripts_dir: Path) -> None:
                         # SIGKILL mid-command, then start again on the same port and data.
                         restarter = threading.Thread(target=_crash_and_restart, args=(instance,))
                         restarter.start()
-                    ended = ended or event.type in _TERMINAL
+                    ended = ended or event.type in TERMINAL
                     if ended and event.type == "agent.session.idle":
                         break
+                else:
+                    raise AssertionError(f"the stream ended before the turn's idle, after {len(received)} events")
                 reconnects = stream.reconnects
             assert restarter is not None
             restarter.join()
@@ -287,7 +277,7 @@ def test_turn_running_on_another_process(
         with Client(proxy.base_url, api.admin_key, backoff=BACKOFF) as client:
             session = client.sessions.create(agent={"model": LONG}, environment=HOSTED, input="go")
             with client.events.stream(session.id, starting_after=0) as stream:
-                received = read_turn(stream)
+                received = [event.raw for event in read_turn(stream)]
         database_url = url or sqlite_url(api)
         assert_same_log(received, stored_log(database_url, session.id))
         assert counts(received)["agent.session.turn.completed"] == 1

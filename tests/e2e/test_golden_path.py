@@ -80,7 +80,9 @@ def _tutorial_flow(client: openai.OpenAI, tmp_path: Path) -> None:
             seen.append(event)
             if event.type == "agent.session.idle":
                 break
-    assert "agent.session.created" not in [e.type for e in seen]
+    live_types = [e.type for e in seen]
+    assert live_types[-2:] == ["agent.session.turn.completed", "agent.session.idle"], live_types
+    assert "agent.session.created" not in live_types
     turn2 = next(e for e in seen if e.type == "agent.session.turn.completed")
     assert turn2.turn.session_id == session_id and turn2.turn.status == "completed"
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -30,6 +29,7 @@ from cairn.sandbox.selection import ISOLATING_BACKENDS
 from cairn.sandbox.testing import LoopbackListeners, host_processes_with
 from cairn.testing.server import CairnServer
 from tests.e2e.conftest import ROOT, make_server, remove_server
+from tests.waits import until_blocking
 
 SECRET = f"server-secret-{uuid.uuid4().hex}"
 STILL_WORKS = {"call": "shell", "arguments": {"command": "echo still-works"}}
@@ -235,7 +235,7 @@ def test_a_deleted_session_leaves_no_sandbox_behind(
     session.assert_contained()
     with escape_server.client() as client:
         assert client.beta.agents.sessions.delete(session.id).deleted
-    deadline = time.monotonic() + 30
-    while host_processes_with(container):
-        assert time.monotonic() < deadline, "the deleted session's sandbox is still running"
-        time.sleep(0.05)
+    until_blocking(
+        lambda: not host_processes_with(container), "the deleted session's sandbox to end", timeout_s=30,
+        seen=lambda: f"its processes {host_processes_with(container)}",
+    )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import openai
 import pytest
 
+from tests.e2e.streams import read_turn
+
 
 def _session(client: openai.OpenAI, **kwargs: object) -> str:
     return client.beta.agents.sessions.create(
@@ -41,12 +43,22 @@ def test_list_filters_by_metadata_and_paginates(client: openai.OpenAI) -> None:
     assert newest_first == [created[3]]
 
 
+def test_list_filters_by_agent_before_it_paginates(client: openai.OpenAI) -> None:
+    """Each session carries its own agent: the filter finds the newest of several on the first
+    page of one, with nothing after it."""
+    sessions = client.beta.agents.sessions
+    tag = "agent-filter-test"
+    created = [_session(client, metadata={"suite": tag}) for _ in range(3)]
+    agent_id = sessions.retrieve(created[-1]).agent.id
+    page = sessions.list(limit=1, order="asc", agent_id=agent_id, extra_query={"metadata[suite]": tag})
+    assert ([s.id for s in page.data], page.has_more) == ([created[-1]], False)
+    assert [s.id for s in sessions.list(limit=1, order="desc", agent_id="agent_unknown")] == []
+
+
 def test_an_artifact_can_be_deleted_and_is_gone(client: openai.OpenAI) -> None:
     sessions = client.beta.agents.sessions
     with sessions.create(agent={"model": "scripted:tree"}, environment={"type": "openai_hosted"}, input="one", stream=True) as stream:
-        session_id = next(iter(stream)).session.id
-        for _ in stream:
-            pass
+        session_id = read_turn(stream)[0].session.id
     with sessions.stream(session_id, input="two") as turn:
         turn.get_final_result()
     artifact = next(iter(sessions.artifacts.list(session_id)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,38 +12,13 @@ import pytest
 
 from cairn.testing.server import CairnServer
 from tests.e2e.conftest import make_server, remove_server
+from tests.e2e.streams import EventTail
 
 SESSIONS = "/agents/sessions"
 
 
 def _message(text: str) -> dict[str, Any]:
     return {"type": "agent.session.input.message", "input": [{"role": "user", "content": [{"type": "input_text", "text": text}]}]}
-
-
-class EventTail:
-    """Reads a session's log from a sequence number over SSE (Cairn's `starting_after`)."""
-
-    def __init__(self, server: CairnServer, session_id: str) -> None:
-        self.server = server
-        self.session_id = session_id
-        self.events: list[dict[str, Any]] = []
-
-    def until(self, predicate: Any, timeout_s: float = 60) -> dict[str, Any]:
-        after = self.events[-1]["sequence_number"] if self.events else 0
-        deadline = time.monotonic() + timeout_s
-        with httpx.stream(
-            "GET", f"{self.server.base_url}{SESSIONS}/{self.session_id}/events", params={"starting_after": after},
-            headers={"Authorization": f"Bearer {self.server.admin_key}"}, timeout=timeout_s,
-        ) as response:
-            for line in response.iter_lines():
-                if time.monotonic() > deadline:
-                    break
-                if line.startswith("data: "):
-                    event = json.loads(line[6:])
-                    self.events.append(event)
-                    if predicate(event):
-                        return event
-        raise AssertionError(f"no matching event in {timeout_s} s; saw {[e['type'] for e in self.events]}")
 
 
 def _start(http: httpx.Client, model: str, text: str) -> str:
@@ -121,8 +95,7 @@ def test_a_server_killed_mid_turn_resumes_the_turn_after_restart(scripts_dir: Pa
         with httpx.Client(base_url=instance.base_url, headers={"Authorization": f"Bearer {instance.admin_key}"}) as http:
             session_id = _start(http, "scripted:crash", "go")
             tail = EventTail(instance, session_id)
-            tail.until(lambda e: e["type"] == "agent.session.turn.item.added" and e["item"]["type"] == "command_execution")
-            time.sleep(0.5)
+            tail.until(_output_started)  # before.txt is written: the command is in its sleep
             before_kill = list(tail.events)
             instance.kill()
             instance.start()

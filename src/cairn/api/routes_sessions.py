@@ -67,11 +67,10 @@ async def list_all(request: Request) -> Response:
         raise InvalidRequestError("at most 16 metadata filters", param="metadata")
     async with ctx.runtime.db.read() as conn:
         page = await list_sessions(
-            conn, ctx.principal.tenant, after=params.after, order=params.order, limit=params.limit, metadata=metadata
+            conn, ctx.principal.tenant, after=params.after, order=params.order, limit=params.limit, metadata=metadata,
+            agent_id=request.query_params.get("agent_id"),
         )
-    agent_id = request.query_params.get("agent_id")
-    sessions = [s for s in page.data if agent_id is None or s.agent.get("id") == agent_id]
-    return JSONResponse(page_body(page, [render_session(s) for s in sessions]))
+    return JSONResponse(page_body(page, [render_session(s) for s in page.data]))
 
 
 async def retrieve(request: Request) -> Response:

@@ -77,10 +77,15 @@ async def list_sessions(
     order: Order,
     limit: int,
     metadata: Mapping[str, str],
+    agent_id: str | None = None,
 ) -> Page[SessionRecord]:
+    """A page of the tenant's sessions; the filters are part of the query, so a page is full
+    unless it is the last."""
     stmt = sa.select(sessions).where(sessions.c.tenant == tenant)
     for key, value in metadata.items():
         stmt = stmt.where(sessions.c.metadata[key].as_string() == value)
+    if agent_id is not None:
+        stmt = stmt.where(sessions.c.agent["id"].as_string() == agent_id)
     after_key = None
     if after is not None:
         anchor = await get_session(conn, after, tenant=tenant)

@@ -23,6 +23,7 @@ from test_sandbox_exec import lingering
 
 from cairn.sandbox import ResourceLimits, SandboxBackend
 from cairn.sandbox.testing import LoopbackListeners, host_processes_with
+from tests.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -273,9 +274,7 @@ async def test_sessions_cannot_see_each_other(run: Run, new_workspace) -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(hold_first)
-        with anyio.fail_after(20):
-            while not ready.exists():
-                await anyio.sleep(0.01)
+        await until(ready.exists, "the first session's command to start", timeout_s=20)
         # The bracket keeps the literal marker out of this command's own text and errors.
         pattern = f"cairn-sessio[n]-{marker.rsplit('-', 1)[1]}"
         command = (

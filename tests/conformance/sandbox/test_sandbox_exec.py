@@ -13,6 +13,7 @@ from conftest import Recorder, Run, requires_capability
 from cairn.errors import InvalidRequestError, WorkspaceError
 from cairn.sandbox import WORKSPACE_MOUNT, ExecRequest, SandboxBackend
 from cairn.sandbox.testing import host_processes_with
+from tests.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -142,9 +143,7 @@ async def test_cancellation_kills_the_whole_tree(run: Run, new_workspace) -> Non
     command = f"{lingering(marker)} & touch started; {lingering(marker)}"
     async with anyio.create_task_group() as tg:
         tg.start_soon(run, command, workspace)
-        with anyio.fail_after(20):
-            while not started.exists():
-                await anyio.sleep(0.01)
+        await until(started.exists, "the command to start", timeout_s=20)
         tg.cancel_scope.cancel()
     assert host_processes_with(marker) == []
 
@@ -162,9 +161,7 @@ async def test_commands_run_concurrently(run: Run, new_workspace) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(one, first)
         tg.start_soon(one, second)
-        with anyio.fail_after(20):
-            while not ((first / "mark").exists() and (second / "mark").exists()):
-                await anyio.sleep(0.01)
+        await until(lambda: (first / "mark").exists() and (second / "mark").exists(), "both commands to run", timeout_s=20)
         (first / "done").touch()
         (second / "done").touch()
     assert results == [0, 0]

@@ -6,6 +6,7 @@ import anyio
 import pytest
 
 from cairn.store.db import Database
+from tests.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -18,11 +19,14 @@ async def test_announcements_arrive_after_commit_and_never_for_a_rollback(db: Da
         return
     async with anyio.create_task_group() as tg:
         tg.start_soon(db.listen, heard.append)
-        with anyio.fail_after(10):
-            while not heard:
-                async with db.write() as conn:
-                    await db.announce(conn, "probe")
-                await anyio.sleep(0.05)
+
+        async def heard_a_probe() -> bool:
+            async with db.write() as conn:
+                await db.announce(conn, "probe")
+            return bool(heard)
+
+        # Until the listener is in place: what is announced before it listens is not heard.
+        await until(heard_a_probe, "an announcement to be heard", interval_s=0.05)
         heard.clear()
         with pytest.raises(RuntimeError):
             async with db.write() as conn:
@@ -30,8 +34,6 @@ async def test_announcements_arrive_after_commit_and_never_for_a_rollback(db: Da
                 raise RuntimeError("abort")
         async with db.write() as conn:
             await db.announce(conn, "committed")
-        with anyio.fail_after(10):
-            while "committed" not in heard:
-                await anyio.sleep(0.01)
+        await until(lambda: "committed" in heard, "the committed announcement", seen=lambda: heard)
         tg.cancel_scope.cancel()
     assert "rolled-back" not in heard

@@ -4,30 +4,13 @@ from __future__ import annotations
 
 import anyio
 import pytest
-import sqlalchemy as sa
 
 from cairn.errors import CairnMisuseError
 from cairn.store.blob_locks import hold_publish_lock, hold_sweep_lock
 from cairn.store.db import Database
+from tests.lock_waits import LockWaits
 
 pytestmark = pytest.mark.anyio
-
-
-async def _waiting_for_lock(db: Database) -> None:
-    """Until another transaction waits for the lock (PostgreSQL shows it; a SQLite writer
-    retries BEGIN IMMEDIATE, which only letting it run can show)."""
-    if db.is_sqlite:
-        # Not a wait for state: the other side cannot get in however long this is, and a
-        # broken lock lets it in within this time.
-        await anyio.sleep(0.1)
-        return
-    query = sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
-    with anyio.fail_after(10):
-        while True:
-            async with db.read() as conn:
-                if (await conn.execute(query)).scalar_one():
-                    return
-            await anyio.sleep(0.01)
 
 
 @pytest.mark.parametrize("holder", ["publish", "sweep"])
@@ -46,8 +29,9 @@ async def test_a_sweep_and_a_publish_never_hold_the_lock_at_once(db: Database, d
             async with anyio.create_task_group() as tg:
                 async with db.write() as conn:
                     await first(conn)
-                    tg.start_soon(other)
-                    await _waiting_for_lock(db)
+                    with LockWaits() as waits:
+                        tg.start_soon(other)
+                        await waits.until_another_waits(db, "the other transaction to wait for the lock")
                     assert not entered.is_set()
                 await entered.wait()
     finally:

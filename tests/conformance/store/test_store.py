@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -20,14 +19,17 @@ from cairn.store.keys import create_key, find_key, revoke_key
 from cairn.store.sessions import SessionRecord, get_session, insert_session, list_sessions
 from cairn.store.tables import jobs
 from cairn.store.turns import TurnRecord, advance_step, fence_turn, get_turn, insert_turn, update_turn
+from tests.waits import until
 
 pytestmark = pytest.mark.anyio
 
 
-def _session(tenant: str = "t1", metadata: dict[str, str] | None = None, created_at: float | None = None) -> SessionRecord:
+def _session(
+    tenant: str = "t1", metadata: dict[str, str] | None = None, created_at: float | None = None, agent_id: str = "agent_x"
+) -> SessionRecord:
     now = created_at or time.time()
     return SessionRecord(
-        id=new_session_id(), tenant=tenant, status="idle", agent={"model": "scripted:x"}, environment={"type": "none"},
+        id=new_session_id(), tenant=tenant, status="idle", agent={"id": agent_id, "model": "scripted:x"}, environment={"type": "none"},
         environment_id="env_1", metadata=metadata or {}, extra={}, error=None, usage=None, last_event_seq=0,
         next_turn_ordinal=0, outputs_manifest={}, created_at=now, last_active_at=now,
     )
@@ -115,6 +117,27 @@ async def test_session_list_paginates_in_both_orders_and_filters_metadata(db: Da
     assert [s.id for s in team_a.data] == [created[1].id, created[3].id]
 
 
+@pytest.mark.parametrize("order", ["asc", "desc"])
+async def test_session_list_filters_by_agent_before_it_paginates(db: Database, order: str) -> None:
+    """Pages of a filtered list are full but the last, and `has_more` says whether one follows."""
+    base = time.time()
+    created = [await _new_session(db, agent_id="agent_a" if i % 2 else "agent_b", created_at=base + i) for i in range(6)]
+    await _new_session(db, tenant="other", agent_id="agent_a", created_at=base + 10)
+    pages = []
+    after = None
+    async with db.read() as conn:
+        while True:
+            page = await list_sessions(conn, "t1", after=after, order=order, limit=2, metadata={}, agent_id="agent_a")
+            pages.append(page)
+            if not page.has_more:
+                break
+            after = page.data[-1].id
+    agent_a = [s.id for s in created if s.agent["id"] == "agent_a"]
+    expected = agent_a if order == "asc" else agent_a[::-1]
+    assert [[s.id for s in p.data] for p in pages] == [expected[:2], expected[2:]]
+    assert [p.has_more for p in pages] == [True, False]
+
+
 async def test_idempotency_keys_repeat_only_for_the_same_request(db: Database) -> None:
     session = await _new_session(db)
     async with db.write() as conn:
@@ -168,9 +191,8 @@ async def test_an_expired_lease_is_reclaimed_and_the_old_holder_is_fenced_off(db
         await enqueue_job(conn, kind="run_turn", session_id="s1", turn_id="t1")
     old = await claim_job(db, owner="w1", lease_s=0.2)
     assert old is not None
-    await asyncio.sleep(0.4)
-    new = await claim_job(db, owner="w2", lease_s=30)
-    assert new is not None and new.id == old.id and new.lease_token != old.lease_token
+    new = await until(lambda: claim_job(db, owner="w2", lease_s=30), "the lease to expire and the job to be claimed again")
+    assert new.id == old.id and new.lease_token != old.lease_token
     assert not await renew_lease(db, old, lease_s=30)
     async with db.write() as conn:
         assert not await complete_job(conn, old)

@@ -24,6 +24,7 @@ from cairn.store.db import Database
 from cairn.store.events import append_events
 from cairn.store.migrate import upgrade
 from cairn.store.sessions import SessionRecord, delete_session, insert_session
+from tests.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -139,13 +140,11 @@ async def test_deleting_the_session_ends_its_streams(runtime: Runtime) -> None:
                 chunks.append(chunk)
 
         tg.start_soon(read)
-        await anyio.sleep(0.1)
+        await until(lambda: _seqs(b"".join(chunks)) == [1, 2, 3], "the stream to replay the log", seen=lambda: chunks)
         async with runtime.db.write() as conn:
             await delete_session(conn, session_id)
         runtime.notifier.session_changed(session_id)
-        with anyio.fail_after(5):
-            while runtime.notifier.subscriber_count(session_id):
-                await anyio.sleep(0.01)
+        await until(lambda: not runtime.notifier.subscriber_count(session_id), "the stream to end")
     assert _seqs(b"".join(chunks)) == [1, 2, 3]
 
 

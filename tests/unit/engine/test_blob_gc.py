@@ -14,7 +14,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-import sqlalchemy as sa
 
 from cairn.blobs import CONDEMNED_PREFIX, INCOMING_PREFIX, BlobFile, BlobStore
 from cairn.engine import blob_gc
@@ -26,6 +25,7 @@ from cairn.ids import new_session_id, new_turn_id
 from cairn.store.artifacts import ArtifactRecord, delete_artifact, list_artifacts
 from cairn.store.db import Connection, Database
 from cairn.store.sessions import SessionRecord, delete_session, get_session, insert_session
+from tests.lock_waits import LockWaits
 
 pytestmark = pytest.mark.anyio
 
@@ -162,29 +162,14 @@ async def test_a_sweep_waits_for_a_publish_in_flight_and_keeps_its_content(
             async with anyio.create_task_group() as tg:
                 async with db.write() as conn:
                     await _record(conn, session, outputs)
-                    tg.start_soon(sweep)
-                    await looked.wait()
-                    await _until_the_sweep_waits(db)
+                    with LockWaits() as waits:
+                        tg.start_soon(sweep)
+                        await looked.wait()
+                        await waits.until_another_waits(db, "the sweep to wait for the publish lock")
         assert report[0].blobs_deleted == 0
         assert _stored(blobs, b"racing")
     finally:
         await sweeper.dispose()
-
-
-async def _until_the_sweep_waits(db: Database) -> None:
-    """On SQLite the sweep is already retrying the write lock by the time it lets this task
-    run (its first await after the look); on PostgreSQL, wait until its advisory lock request
-    shows as not granted."""
-    if db.is_sqlite:
-        return
-    deadline = time.monotonic() + 10
-    query = sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
-    while time.monotonic() < deadline:
-        async with db.read() as conn:
-            if (await conn.execute(query)).scalar_one():
-                return
-        await anyio.sleep(0.01)
-    raise AssertionError("the sweep never waited for the publish lock")
 
 
 @pytest.mark.postgres

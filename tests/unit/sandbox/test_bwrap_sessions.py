@@ -31,6 +31,7 @@ from cairn.sandbox.bwrap_sessions import SessionBwrapBackend, detect_bwrap
 from cairn.sandbox.doctor import describe_host
 from cairn.sandbox import testing
 from cairn.sandbox.testing import host_processes_with
+from tests.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -84,10 +85,10 @@ def container_processes(workspace: Path) -> list[int]:
     return host_processes_with(f"{workspace}\0/workspace\0")
 
 
-async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    with anyio.fail_after(timeout_s):
-        while not condition():
-            await anyio.sleep(0.02)
+async def until_no_container(workspace: Path) -> None:
+    await until(
+        lambda: not container_processes(workspace), "the workspace's container to end", seen=lambda: container_processes(workspace)
+    )
 
 
 def test_the_default_bwrap_backend_keeps_session_containers(backend: BwrapBackend) -> None:
@@ -121,7 +122,7 @@ async def test_an_idle_container_is_reaped(workspace_root: Path) -> None:
     workspace = await testing.new_workspace(workspace_root, backend)
     await run(backend, "echo kept > /tmp/kept", workspace)
     assert container_processes(workspace)
-    await until(lambda: not container_processes(workspace))
+    await until_no_container(workspace)
     result, output = await run(backend, "cat /tmp/kept 2>&1 || echo fresh", workspace)
     assert result.exit_code == 0 and output.endswith("fresh\n")
 
@@ -139,7 +140,7 @@ async def test_a_killed_container_is_replaced(backend: BwrapBackend, new_workspa
     killed = container_processes(workspace)
     for pid in killed:
         os.kill(pid, signal.SIGKILL)
-    await until(lambda: not set(killed) & set(container_processes(workspace)))
+    await until(lambda: not set(killed) & set(container_processes(workspace)), "the killed processes to be gone")
     result, output = await run(backend, "cat /tmp/kept 2>&1 || echo fresh", workspace)
     assert result.exit_code == 0 and output.endswith("fresh\n")
     replacement = container_processes(workspace)
@@ -157,7 +158,7 @@ async def test_a_command_dies_with_its_container(backend: BwrapBackend, new_work
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(doomed)
-        await until(lambda: bool(host_processes_with(marker)))
+        await until(lambda: host_processes_with(marker), "the command to start")
         for pid in container_processes(workspace):
             os.kill(pid, signal.SIGKILL)
     assert outcome[0].exit_code == 128 + signal.SIGKILL
@@ -169,7 +170,7 @@ async def test_sessions_have_separate_containers(backend: BwrapBackend, new_work
     first, second = await new_workspace(), await new_workspace()
     async with anyio.create_task_group() as tg:
         tg.start_soon(run, backend, f"echo mine > /tmp/{marker}; sh -c 'sleep 600; : {marker}'", first)
-        await until(lambda: bool(host_processes_with(marker)))
+        await until(lambda: host_processes_with(marker), "the command to start")
         pattern = f"cairn-othe[r]-{marker.rsplit('-', 1)[1]}"
         _, output = await run(
             backend, f"ls /tmp; grep -l '{pattern}' /proc/*/cmdline; ls /proc | grep -c '^[0-9]'", second
@@ -264,7 +265,7 @@ async def test_concurrent_commands_cannot_see_or_reach_each_other(
         tg.start_soon(run, backend, f"sh -c 'sleep 600; : {marker}'", workspace)
         # Sampled once `sleep` runs: until it execs, the shell's forked child still carries
         # the marker in its command line and would be counted, then vanish on its own.
-        await until(lambda: is_sleeping_under(host_processes_with(marker)))
+        await until(lambda: is_sleeping_under(host_processes_with(marker)), "the command's sleep to run")
         sibling = host_processes_with(marker)
         pattern = f"cairn-siblin[g]-{marker.rsplit('-', 1)[1]}"
         command = (
@@ -354,7 +355,7 @@ async def test_releasing_a_workspace_kills_its_containers(backend: BwrapBackend,
     await run(backend, "true", workspace, network=True)
     assert len(container_processes(workspace)) == 4
     await backend.release_workspace(workspace)
-    await until(lambda: not container_processes(workspace))
+    await until_no_container(workspace)
     _, output = await run(backend, "cat /tmp/kept 2>&1 || echo fresh", workspace)
     assert output.endswith("fresh\n")
 
@@ -366,7 +367,7 @@ async def test_dropping_the_backend_kills_its_containers(new_workspace) -> None:
     assert container_processes(workspace)
     del dropped
     gc.collect()
-    await until(lambda: not container_processes(workspace))
+    await until_no_container(workspace)
 
 
 SERVER = """\
@@ -400,7 +401,7 @@ async def test_no_container_outlives_the_server(new_workspace, also_kill_fork_se
             server.kill()
             if also_kill_fork_server:
                 os.kill(fork_server, signal.SIGKILL)
-            await until(lambda: not container_processes(workspace))
+            await until_no_container(workspace)
         finally:
             server.kill()
 

@@ -7,13 +7,11 @@ import gc
 import os
 import signal
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import anyio
 import pytest
 
 from cairn.errors import SandboxError
@@ -21,6 +19,7 @@ from cairn.sandbox._env import DEFAULT_PATH
 from cairn.sandbox._forkserver import ForkServer
 from cairn.sandbox._launcher.main import LAUNCH_FAILED
 from cairn.sandbox.testing import host_processes_with
+from tests.waits import until, until_blocking
 
 if TYPE_CHECKING:
     from cairn.sandbox._launcher.spec import LaunchSpec
@@ -65,15 +64,11 @@ async def test_commands_die_with_their_fork_server() -> None:
     forks = ForkServer()
     command = forks.start(plain(f"sleep 600; : {marker}"))
     await command.started()
-    with anyio.fail_after(10):
-        while not host_processes_with(marker):  # the child has forked, but not yet exec'd
-            await anyio.sleep(0.01)
+    await until(lambda: host_processes_with(marker), "the command to exec")  # started: forked, maybe not exec'd yet
     command.close()
     del forks, command  # a command handle keeps its fork server alive
     gc.collect()  # the server's end of the control socket closes: the fork server kills
-    with anyio.fail_after(10):
-        while host_processes_with(marker):
-            await anyio.sleep(0.02)
+    await until(lambda: not host_processes_with(marker), "the command to die with its fork server", seen=lambda: host_processes_with(marker))
 
 
 async def test_files_are_handed_to_the_program_by_number(tmp_path: Path) -> None:
@@ -99,10 +94,9 @@ def pid_namespace() -> Iterator[tuple[int, str]]:
     """A stand-in container: a process alone in a new pid namespace (pidfd, namespace)."""
     holder = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "sleep", "600"])
     try:
-        deadline = time.monotonic() + 10
-        while not (children := Path(f"/proc/{holder.pid}/task/{holder.pid}/children").read_text().split()):
-            assert time.monotonic() < deadline, "unshare did not start its child"
-            time.sleep(0.01)
+        children = until_blocking(
+            lambda: Path(f"/proc/{holder.pid}/task/{holder.pid}/children").read_text().split(), "unshare to start its child"
+        )
         inner = int(children[0])
         pidfd = os.pidfd_open(inner)
         try:

@@ -7,10 +7,8 @@ from __future__ import annotations
 import os
 import signal
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
-import anyio
 import pytest
 
 from cairn.errors import SandboxError
@@ -19,6 +17,7 @@ from cairn.sandbox._containment import CommandContainment
 from cairn.sandbox._workspace import workspace_identity
 from cairn.sandbox.namespaces import NamespacesBackend
 from cairn.sandbox.testing import host_processes_with
+from tests.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -26,12 +25,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> tuple[str, dict[str, bool]]:
     return ("asyncio", {"debug": True})
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    with anyio.fail_after(timeout_s):
-        while not condition():
-            await anyio.sleep(0.02)
 
 
 async def test_a_namespaced_command_dies_with_its_waiter() -> None:
@@ -53,9 +46,9 @@ async def test_a_namespaced_command_dies_with_its_waiter() -> None:
         command = backend._forks.start(backend._spec(request, untracked, None))
         try:
             await command.started()
-            await until(lambda: bool(host_processes_with(marker)))
+            await until(lambda: host_processes_with(marker), "the command to start")
             os.kill(command.pid, signal.SIGKILL)  # the waiter, as a timeout would
-            await until(lambda: not host_processes_with(marker))
+            await until(lambda: not host_processes_with(marker), "the command to die with its waiter", seen=lambda: host_processes_with(marker))
         finally:
             for pid in host_processes_with(marker):
                 os.kill(pid, signal.SIGKILL)

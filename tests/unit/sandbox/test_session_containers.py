@@ -19,10 +19,12 @@ from cairn.sandbox._forkserver import ForkServer
 from cairn.sandbox._session_containers import ContainerKey, SessionContainer, SessionContainers
 from cairn.sandbox._workspace import WorkspaceIdentity
 from cairn.sandbox.testing import host_processes_with
+from tests.waits import until
 
 pytestmark = pytest.mark.anyio
 
 KEY = ContainerKey(workspace="/nowhere", network=False)
+OTHER_KEY = ContainerKey(workspace="/elsewhere", network=False)
 IDENTITY: WorkspaceIdentity = (1, 2)
 
 
@@ -63,6 +65,9 @@ class StandIns:
     def running(self) -> int:
         return len(host_processes_with(self.marker))
 
+    async def until_running(self, processes: int, what: str) -> None:
+        await until(lambda: self.running() == processes, what, seen=lambda: f"{self.running()} processes running")
+
 
 @pytest.fixture
 def stand_ins() -> Iterator[Callable[..., StandIns]]:
@@ -79,29 +84,27 @@ def stand_ins() -> Iterator[Callable[..., StandIns]]:
             init.wait()
 
 
-async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    with anyio.fail_after(timeout_s):
-        while not condition():
-            await anyio.sleep(0.02)
-
-
 async def test_two_first_commands_at_once_share_one_container(stand_ins: Callable[..., StandIns]) -> None:
     start = stand_ins(delay_s=0.2)
     registry = SessionContainers(start, idle_s=300, max_age_s=3600)
     pidfds: list[int] = []
+    both_hold_a_lease = anyio.Event()
 
     async def command() -> None:
         async with registry.lease(KEY, IDENTITY) as pidfd:
             pidfds.append(pidfd)
-            await anyio.sleep(0.3)
+            if len(pidfds) == 2:
+                both_hold_a_lease.set()
+            await both_hold_a_lease.wait()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(command)
-        tg.start_soon(command)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(command)
+            tg.start_soon(command)
     assert start.starts == 2 and pidfds[0] == pidfds[1]  # the second start was discarded
-    await until(lambda: start.running() == 2)  # one container: its monitor and init
+    await start.until_running(2, "one container: its monitor and init")
     registry.release(KEY.workspace)
-    await until(lambda: start.running() == 0)
+    await start.until_running(0, "the released container to end")
 
 
 async def test_a_container_that_dies_at_once_is_not_started_forever(stand_ins: Callable[..., StandIns]) -> None:
@@ -111,7 +114,7 @@ async def test_a_container_that_dies_at_once_is_not_started_forever(stand_ins: C
         async with registry.lease(KEY, IDENTITY):
             pass
     assert start.starts == 2
-    await until(lambda: start.running() == 0)
+    await start.until_running(0, "both short-lived containers to be gone")
 
 
 async def test_a_replaced_container_lives_until_its_last_command_ends(stand_ins: Callable[..., StandIns]) -> None:
@@ -123,21 +126,25 @@ async def test_a_replaced_container_lives_until_its_last_command_ends(stand_ins:
         async with registry.lease(KEY, (1, 3)) as new:
             assert new != old and start.starts == 2
             assert start.running() == 4
-        await until(lambda: start.running() == 4)
-    await until(lambda: start.running() == 2)  # the old one went with its last lease
+        await start.until_running(4, "the old container to run on under its lease")
+    await start.until_running(2, "the old container to go with its last lease")
     registry.release(KEY.workspace)
-    await until(lambda: start.running() == 0)
+    await start.until_running(0, "the released container to end")
 
 
 async def test_an_idle_container_is_reaped_but_a_leased_one_is_not(stand_ins: Callable[..., StandIns]) -> None:
     start = stand_ins()
     registry = SessionContainers(start, idle_s=0.2, max_age_s=3600)
+    async with registry.lease(KEY, IDENTITY) as leased:
+        async with registry.lease(OTHER_KEY, IDENTITY):
+            pass
+        # The pass that reaps the idle one finds the leased one, started earlier, past its idle time too.
+        await until(lambda: start.inits[1].poll() is not None, "the idle container to be reaped")
+        async with registry.lease(KEY, IDENTITY) as again:
+            assert again == leased and start.starts == 2
+    await start.until_running(0, "the container to be reaped once idle")
     async with registry.lease(KEY, IDENTITY):
-        await anyio.sleep(0.5)
-        assert start.running() == 2
-    await until(lambda: start.running() == 0)
-    async with registry.lease(KEY, IDENTITY):
-        assert start.starts == 2
+        assert start.starts == 3
 
 
 async def test_a_container_past_its_maximum_age_is_replaced_after_its_last_command(
@@ -149,15 +156,15 @@ async def test_a_container_past_its_maximum_age_is_replaced_after_its_last_comma
     async with registry.lease(KEY, IDENTITY) as first:
         async with registry.lease(KEY, IDENTITY) as young:
             assert young == first and start.starts == 1  # not old yet: joined
-        await anyio.sleep(1.1)
+        await until(lambda: not registry._pool.has_usable(KEY, IDENTITY), "the container to pass its maximum age")
         async with registry.lease(KEY, IDENTITY) as fresh:
             assert fresh != first and start.starts == 2
             assert start.running() == 4  # the old one still runs the first command
-    await until(lambda: start.running() == 2)  # the old one went with its last lease
+    await start.until_running(2, "the old container to go with its last lease")
     async with registry.lease(KEY, IDENTITY) as again:
         assert again == fresh and start.starts == 2
     registry.release(KEY.workspace)
-    await until(lambda: start.running() == 0)
+    await start.until_running(0, "the released container to end")
 
 
 async def test_a_dropped_registry_kills_its_containers_and_refuses_leases(stand_ins: Callable[..., StandIns]) -> None:
@@ -167,6 +174,6 @@ async def test_a_dropped_registry_kills_its_containers_and_refuses_leases(stand_
         pass
     pool = registry._pool
     del registry
-    await until(lambda: start.running() == 0)
+    await start.until_running(0, "the dropped registry's container to end")
     with pytest.raises(SandboxError, match="shut down"):
         pool.lease(KEY, IDENTITY)

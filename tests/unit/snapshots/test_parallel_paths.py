@@ -57,7 +57,7 @@ def test_run_tasks_stops_at_the_first_failure_and_waits_for_running_helpers() ->
             time.sleep(0.2)  # a helper still busy when the caller fails
             still_writing.append(False)
         elif task == 1:
-            running.wait(1)
+            assert running.wait(10), "task 0 never started"
             raise ValueError("boom")
 
     with ThreadPoolExecutor(1) as executor, pytest.raises(ValueError, match="boom"):

@@ -12,17 +12,18 @@ import pytest
 
 from cairn.snapshots import Exclusions
 from cairn.snapshots.scan import scan_workspace
-from cairn.snapshots.stat_cache import RACY_WINDOW_NS, StatCache
+from cairn.snapshots.stat_cache import StatCache
 from cairn.snapshots.stat_listing import list_workspace, listing_digest
 from cairn.snapshots.testing import build_fidelity_workspace
+from tests.unit.snapshots.settling import is_settled
+from tests.waits import until_blocking
 
 EXCLUSIONS = Exclusions(ephemeral=["cache"])
 _OLD_NS = 1_600_000_000 * 10**9
 
 
-def settle() -> None:
-    """Wait until everything written so far is out of the racy window, as real time would."""
-    time.sleep(RACY_WINDOW_NS / 1e9 + 0.02)
+def settle(root: Path) -> None:
+    until_blocking(lambda: is_settled(root), f"{root} to leave the racy window")
 
 
 def listing(root: Path, exclusions: Exclusions = EXCLUSIONS) -> str | None:
@@ -36,7 +37,7 @@ def workspace(tmp_path: Path) -> Path:
     (root / "dir" / "file").write_text("content")
     (root / "other").write_text("other")
     os.symlink("dir/file", root / "link")
-    settle()
+    settle(root)
     return root
 
 
@@ -71,7 +72,7 @@ def test_any_change_a_fingerprint_could_see_changes_it(workspace: Path, change: 
     before = listing(workspace)
     assert before is not None
     change(workspace)
-    settle()
+    settle(workspace)
     assert listing(workspace) != before
 
 
@@ -82,7 +83,7 @@ def test_excluded_paths_and_directory_times_do_not_change_it(workspace: Path) ->
     (workspace / "dir" / "cache-sibling-gone").write_text("x")
     os.unlink(workspace / "dir" / "cache-sibling-gone")  # moves the directory's mtime and ctime
     os.utime(workspace / "dir", ns=(5, 5))
-    settle()
+    settle(workspace)
     assert listing(workspace) == before
 
 
@@ -94,7 +95,7 @@ def test_a_racy_file_gives_no_listing(workspace: Path) -> None:
     assert listing(workspace) is not None
     (workspace / "other").write_text("just now")
     assert listing(workspace) is None, "a file changed within the racy window must not be vouched for"
-    settle()
+    settle(workspace)
     assert listing(workspace) is not None
 
 
@@ -102,7 +103,7 @@ def test_the_scan_records_the_same_listing_as_the_stat_walk(tmp_path: Path) -> N
     root = tmp_path / "ws"
     build_fidelity_workspace(root, sparse_size=1024 * 1024)
     (root / "cache").mkdir()
-    settle()
+    settle(root)
     scan = scan_workspace(root, EXCLUSIONS, StatCache())
     assert scan.stat_listing() is not None
     assert scan.stat_listing() == listing(root)

@@ -7,7 +7,6 @@ import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
-import anyio
 import pytest
 
 from cairn.snapshots import (
@@ -27,9 +26,11 @@ from cairn.snapshots import (
 from cairn.snapshots import fingerprint as fingerprint_module
 from cairn.snapshots import lifecycle as lifecycle_module
 from cairn.snapshots.objects import ObjectWriter
-from cairn.snapshots.stat_cache import RACY_WINDOW_NS, StatCache
+from cairn.snapshots.stat_cache import StatCache
 from cairn.snapshots.testing import describe_tree
+from tests.unit.snapshots.settling import is_settled
 from tests.unit.snapshots.test_stat_listing import CHANGES as LISTING_CHANGES
+from tests.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -268,9 +269,8 @@ def saved_header(cycle: WorkspaceLifecycle) -> dict[str, object]:
     return header
 
 
-async def settle() -> None:
-    """Let everything written so far leave the stat cache's racy window, as real time would."""
-    await anyio.sleep(RACY_WINDOW_NS / 1e9 + 0.02)
+async def settle(workspace: Path) -> None:
+    await until(lambda: is_settled(workspace), "the workspace to leave the racy window")
 
 
 async def persisted_and_settled(store: ContentAddressedSnapshotStore, tmp_path: Path) -> WorkspaceLifecycle:
@@ -285,7 +285,7 @@ async def persisted_and_settled(store: ContentAddressedSnapshotStore, tmp_path: 
     await first.stop()
     await first.shutdown()
     assert saved_header(first)["stat_listing"] is None, "files written just now are racy"
-    await settle()
+    await settle(tmp_path / "ws")
     settling = lifecycle(store, tmp_path)
     assert (await settling.start()).outcome is StartOutcome.REUSED
     await settling.shutdown()
@@ -330,7 +330,7 @@ async def test_any_change_forces_a_restore_although_the_stat_walk_is_armed(
     settled_cycle = await persisted_and_settled(store, tmp_path)
     before = describe_tree(tmp_path / "ws")
     change(tmp_path / "ws")
-    await settle()  # even a change that has settled is seen
+    await settle(tmp_path / "ws")  # even a change that has settled is seen
     check = lifecycle(store, tmp_path)
     assert (await check.start()).outcome is StartOutcome.RESTORED
     assert describe_tree(tmp_path / "ws") == before

@@ -30,6 +30,7 @@ from cairn.store.turns import get_turn
 from cairn.worker import runner as runner_module
 from cairn.worker import service as service_module
 from cairn.worker.service import start_worker_tasks
+from tests.waits import until
 
 pytestmark = pytest.mark.anyio
 
@@ -64,14 +65,6 @@ async def _start_turn(runtime: Runtime, text: str) -> str:
     return created.turn_id
 
 
-async def _wait_for(what: str, check: Callable[[], Awaitable[bool]], timeout_s: float = 30.0) -> None:
-    with anyio.move_on_after(timeout_s):
-        while not await check():
-            await anyio.sleep(0.02)
-        return
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
 async def _turn_status(runtime: Runtime, turn_id: str) -> str | None:
     async with runtime.db.read() as conn:
         turn = await get_turn(conn, turn_id)
@@ -90,9 +83,9 @@ async def test_a_job_that_always_raises_is_retried_then_parked_and_its_turn_fail
     poisoned = await _start_turn(runtime, "x\ud800y")
     async with anyio.create_task_group() as tg:
         start_worker_tasks(tg, runtime, concurrency=2)
-        await _wait_for("the poisoned turn to fail", lambda: _is(runtime, poisoned, "failed"))
+        await until(lambda: _is(runtime, poisoned, "failed"), "the poisoned turn to fail", timeout_s=30)
         later = await _start_turn(runtime, "a later turn")
-        await _wait_for("a later turn to complete", lambda: _is(runtime, later, "completed"))
+        await until(lambda: _is(runtime, later, "completed"), "a later turn to complete", timeout_s=30)
         tg.cancel_scope.cancel()
     [(status, attempts, error)] = await _job_rows(runtime, poisoned)
     assert (status, attempts) == ("parked", 3)
@@ -111,7 +104,7 @@ async def test_a_job_whose_worker_keeps_dying_is_given_up_on_at_its_next_claim(r
         await conn.execute(sa.update(jobs).where(jobs.c.turn_id == turn_id).values(attempts=3))
     async with anyio.create_task_group() as tg:
         start_worker_tasks(tg, runtime, concurrency=1)
-        await _wait_for("the turn to fail", lambda: _is(runtime, turn_id, "failed"))
+        await until(lambda: _is(runtime, turn_id, "failed"), "the turn to fail", timeout_s=30)
         tg.cancel_scope.cancel()
     [(status, attempts, error)] = await _job_rows(runtime, turn_id)
     assert (status, attempts) == ("parked", 4) and error is not None and "interrupted 3 times" in error
@@ -137,10 +130,10 @@ async def test_every_background_task_carries_on_after_failures(runtime: Runtime,
     poisoned = await _start_turn(runtime, "x\ud800y")
     async with anyio.create_task_group() as tg:
         start_worker_tasks(tg, runtime, concurrency=2)
-        await _wait_for("each periodic task to run again after failing", _every_task_ran_thrice(calls))
-        await _wait_for("the poisoned turn to fail", lambda: _is(runtime, poisoned, "failed"))
+        await until(_every_task_ran_thrice(calls), "each periodic task to run again after failing", timeout_s=30)
+        await until(lambda: _is(runtime, poisoned, "failed"), "the poisoned turn to fail", timeout_s=30)
         later = await _start_turn(runtime, "a later turn")
-        await _wait_for("a later turn to complete", lambda: _is(runtime, later, "completed"))
+        await until(lambda: _is(runtime, later, "completed"), "a later turn to complete", timeout_s=30)
         tg.cancel_scope.cancel()
 
 
