@@ -60,7 +60,7 @@ async def _insert_rows(db: Database, digests: list[str]) -> None:
     async with db.write() as conn:
         await conn.execute(sa.insert(sessions).values(
             id="sess_bench", tenant="bench", status="idle", agent={}, environment={}, environment_id="env",
-            metadata={}, extra={}, outputs_manifest={}, created_at=now, last_active_at=now,
+            metadata={}, outputs_manifest={}, created_at=now, last_active_at=now,
         ))
     for start in range(0, len(digests), 5000):
         rows = [

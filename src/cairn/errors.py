@@ -11,6 +11,7 @@ envelope of spec §1.5 from its fields; nothing else decides a status code.
     │   ├── PermissionDeniedError      403 the key's role may not do this
     │   ├── NotFoundError              404 unknown id, or another tenant's
     │   ├── ConflictError              409 valid, but not now (a turn is running)
+    │   │   └── StatusConflictError    409 the row left the state its writer read (a racing writer won)
     │   ├── PayloadTooLargeError       413 body over the configured limit
     │   └── UnsupportedMediaTypeError  415 a body that is not JSON (by its Content-Type)
     └── ServerError                    Cairn or a dependency failed (5xx)
@@ -21,6 +22,7 @@ envelope of spec §1.5 from its fields; nothing else decides a status code.
         ├── BlobStoreError             artifact content could not be stored, found or collected
         └── LeaseLostError             a worker's job lease was taken over (fencing)
     CairnMisuseError (RuntimeError)    a bug: Cairn used its own API wrongly
+    └── IllegalTransitionError         a status move that its entity's table forbids (cairn.states)
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ __all__ = [
     "CairnMisuseError",
     "ClientError",
     "ConflictError",
+    "IllegalTransitionError",
     "InvalidRequestError",
     "LeaseLostError",
     "ModelError",
@@ -43,6 +46,7 @@ __all__ = [
     "PermissionDeniedError",
     "SandboxError",
     "ServerError",
+    "StatusConflictError",
     "StoreError",
     "UnsupportedMediaTypeError",
     "WorkspaceError",
@@ -114,6 +118,14 @@ class ConflictError(ClientError):
     error_type = "conflict_error"
 
 
+class StatusConflictError(ConflictError):
+    """A guarded status write found its row no longer in the state the writer read: another
+    writer moved it first. Retrying re-reads the new state (a cancel then finds the turn done)."""
+
+    default_code = "status_conflict"
+    default_retryable = True
+
+
 class PayloadTooLargeError(ClientError):
     default_code = "payload_too_large"
     default_status = 413
@@ -160,3 +172,8 @@ class LeaseLostError(ServerError):
 
 class CairnMisuseError(RuntimeError):
     """Cairn code called its own API wrongly; always a bug, always a 500."""
+
+
+class IllegalTransitionError(CairnMisuseError):
+    """Cairn asked for a status move its entity's transition table does not have; raised
+    before any SQL runs."""

@@ -16,7 +16,8 @@ from cairn.engine.events import environment_event
 from cairn.engine.runtime import Runtime
 from cairn.errors import CairnError
 from cairn.snapshots import Retention
-from cairn.store.sessions import get_session, list_tenants, update_session
+from cairn.states import EnvironmentStatus, SessionStatus
+from cairn.store.sessions import get_session, list_tenants, set_environment_status
 
 __all__ = ["apply_snapshot_retention", "idle_check_interval_s", "persist_all_workspaces", "suspend_idle_sessions"]
 
@@ -34,10 +35,9 @@ async def _suspend(rt: Runtime, session_id: str) -> None:
                 tx.emit(environment_event("failed", session, status="failed"))
         return
     async with rt.journal.transaction(session_id) as tx:
-        session = await get_session(tx.conn, session_id)
+        session = await set_environment_status(tx.conn, session_id, EnvironmentStatus.SUSPENDED)
         if session is None:
             return
-        session = await update_session(tx.conn, session_id, extra={**session.extra, "environment_status": "suspended"})
         tx.emit(environment_event("suspended", session, status="suspended"))
 
 
@@ -47,7 +47,7 @@ async def suspend_idle_sessions(rt: Runtime) -> None:
     for session_id in rt.environments.live_sessions():
         async with rt.db.read() as conn:
             session = await get_session(conn, session_id)
-        if session is not None and session.status == "idle" and session.last_active_at <= deadline:
+        if session is not None and session.status == SessionStatus.IDLE and session.last_active_at <= deadline:
             await _suspend(rt, session_id)
 
 

@@ -3,7 +3,8 @@
 Closing a turn (completed, failed, cancelled) and moving the session on (to the next
 queued turn, or to idle) happen in one journal transaction, so the log never shows a
 turn ending without the session's next state. These functions only write inside the
-caller's transaction.
+caller's transaction, and move statuses only through the store's guarded transitions
+(`cairn.states`): a move made on a stale read fails instead of overwriting a newer state.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import Any
 from cairn.engine.events import item_event, session_event, turn_event
 from cairn.engine.journal import Transaction
 from cairn.engine.wire import render_usage
-from cairn.store.items import ItemRecord, insert_item, new_item, turn_items, update_item
+from cairn.states import ItemStatus, SessionStatus, TurnStatus
+from cairn.store.items import ItemRecord, insert_item, new_item, transition_item, turn_items
 from cairn.store.jobs import enqueue_job
-from cairn.store.sessions import SessionRecord, get_session, update_session
-from cairn.store.turns import TurnRecord, next_queued_turn, update_turn
+from cairn.store.required_actions import drop_required_actions
+from cairn.store.sessions import SessionRecord, get_session, transition_session, update_session
+from cairn.store.turns import TurnRecord, next_queued_turn, transition_turn
 
 __all__ = ["RUN_TURN", "add_call_output", "advance_session", "close_open_item", "close_turn", "interrupt_open_items", "queue_turn_job", "set_session_status"]
 
@@ -29,13 +32,12 @@ async def queue_turn_job(tx: Transaction, turn: TurnRecord) -> None:
         tx.jobs_queued = True
 
 
-async def set_session_status(tx: Transaction, session_id: str, status: str, **values: Any) -> SessionRecord:
-    """Change the session's status and emit the matching event if it changed."""
+async def set_session_status(tx: Transaction, session_id: str, status: SessionStatus) -> SessionRecord:
+    """Move the session to `status` and emit the matching event."""
     before = await get_session(tx.conn, session_id)
     assert before is not None
-    session = await update_session(tx.conn, session_id, status=status, last_active_at=time.time(), **values)
-    if before.status != status or status == "requires_action":
-        tx.emit(session_event(status, session))
+    session = await transition_session(tx.conn, before, status, last_active_at=time.time())
+    tx.emit(session_event(status, session))
     return session
 
 
@@ -45,11 +47,7 @@ async def advance_session(tx: Transaction, session_id: str) -> None:
     if queued is not None:
         await queue_turn_job(tx, queued)
         return
-    before = await get_session(tx.conn, session_id)
-    assert before is not None
-    extra = {**before.extra, "required_actions": []}
-    session = await update_session(tx.conn, session_id, status="idle", extra=extra, last_active_at=time.time())
-    tx.emit(session_event("idle", session))
+    await set_session_status(tx, session_id, SessionStatus.IDLE)
 
 
 async def add_call_output(tx: Transaction, call: ItemRecord, *, output: Any, error: str | None) -> ItemRecord:
@@ -65,7 +63,7 @@ async def add_call_output(tx: Transaction, call: ItemRecord, *, output: Any, err
             session_id=call.session_id,
             turn_id=call.turn_id,
             type="function_call_output",
-            status="completed" if error is None else "failed",
+            status=ItemStatus.COMPLETED if error is None else ItemStatus.FAILED,
             call_id=call.call_id,
             tool_kind=call.tool_kind,
             data=data,
@@ -80,7 +78,7 @@ async def close_open_item(tx: Transaction, item: ItemRecord, note: str) -> ItemR
     data = dict(item.data)
     if item.type == "command_execution":
         data["output"] = (data.get("output") or "") + f"\n[{note}]"
-    closed = await update_item(tx.conn, item, status="incomplete", data=data)
+    closed = await transition_item(tx.conn, item, ItemStatus.INCOMPLETE, data=data)
     tx.emit(item_event("done", closed, closed.output_index))
     return closed
 
@@ -88,17 +86,20 @@ async def close_open_item(tx: Transaction, item: ItemRecord, note: str) -> ItemR
 async def interrupt_open_items(tx: Transaction, turn: TurnRecord, note: str) -> None:
     """Close every item of the turn that is still in progress."""
     for item in await turn_items(tx.conn, turn.id):
-        if item.status == "in_progress":
+        if item.status == ItemStatus.IN_PROGRESS:
             await close_open_item(tx, item, note)
 
 
 async def close_turn(
-    tx: Transaction, turn: TurnRecord, status: str, *, error: dict[str, str] | None = None
+    tx: Transaction, turn: TurnRecord, status: TurnStatus, *, error: dict[str, str] | None = None
 ) -> TurnRecord:
-    """End `turn` with `status`, close its open items, and move the session on."""
-    if status != "completed":
+    """End `turn` with `status`, close its open items, and move the session on; raises
+    `StatusConflictError` if another writer moved the turn since it was read."""
+    if status != TurnStatus.COMPLETED:
         await interrupt_open_items(tx, turn, f"turn {status}")
-    closed = await update_turn(tx.conn, turn.id, status=status, error=error, completed_at=time.time(), lease_token=None)
+    closed = await transition_turn(tx.conn, turn, status, error=error, completed_at=time.time(), lease_token=None)
+    if turn.status == TurnStatus.WAITING:
+        await drop_required_actions(tx.conn, turn.id)
     tx.emit(turn_event(status, closed, usage=render_usage(closed.usage)))
     if closed.usage:
         session = await get_session(tx.conn, turn.session_id)

@@ -22,14 +22,18 @@ from cairn.engine.tools import WORKSPACE_TOOL_NAMES
 from cairn.errors import ConflictError, InvalidRequestError, NotFoundError
 from cairn.ids import new_environment_id, new_session_id, new_turn_id
 from cairn.sandbox.base import SandboxBackend
+from cairn.states import EnvironmentStatus, ItemStatus, SessionStatus, TurnStatus
 from cairn.store.idempotency import record_idempotency_key
-from cairn.store.items import pending_client_calls, update_item
+from cairn.store.items import pending_client_calls, transition_item
+from cairn.store.required_actions import resolve_required_action
 from cairn.store.sessions import SessionRecord, allocate_turn_ordinal, delete_session, get_session, insert_session, update_session
-from cairn.store.turns import TurnRecord, active_turn, get_turn, insert_turn, next_queued_turn, update_turn
+from cairn.store.turns import ACTIVE_STATUSES, TurnRecord, active_turn, get_turn, insert_turn, next_queued_turn, transition_turn, update_turn
 
 __all__ = ["CreatedSession", "SessionService"]
 
 _DELETE_RETRY_AFTER_MS = 1000
+# Settings a session keeps as given at create, and that an update may change.
+_SETTINGS = ("prompt_cache_options", "review", "spend_control")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,16 +97,11 @@ class SessionService:
         record = SessionRecord(
             id=session_id,
             tenant=tenant,
-            status="idle",
+            status=SessionStatus.IDLE,
             agent={"id": f"agent_{session_id.removeprefix('sess_')}", **agent},
             environment=_environment_view(environment, environment_id, self.rt.sandbox),
             environment_id=environment_id,
             metadata=dict(body.get("metadata") or {}),
-            # `env` is kept out of the rendered environment: its values may be secrets.
-            extra={
-                **{k: body[k] for k in ("prompt_cache_options", "review", "spend_control", "vault_ids") if body.get(k) is not None},
-                "env": dict(environment.get("env") or {}),
-            },
             error=None,
             usage=None,
             last_event_seq=0,
@@ -110,6 +109,12 @@ class SessionService:
             outputs_manifest={},
             created_at=now,
             last_active_at=now,
+            # `env` is kept out of the rendered environment: its values may be secrets.
+            env=dict(environment.get("env") or {}),
+            environment_status=EnvironmentStatus.READY if environment["type"] != "none" else None,
+            prompt_cache_options=body.get("prompt_cache_options"),
+            review=body.get("review"),
+            spend_control=body.get("spend_control"),
         )
         try:
             if environment["type"] != "none":
@@ -143,18 +148,14 @@ class SessionService:
                 values["agent"] = agent
             if "metadata" in body:
                 values["metadata"] = dict(body["metadata"] or {})
-            extra = dict(session.extra)
-            for key in ("prompt_cache_options", "review", "spend_control"):
-                if key in body:
-                    extra[key] = body[key]
-            values["extra"] = extra
+            values.update({key: body[key] for key in _SETTINGS if key in body})
             return await update_session(tx.conn, session_id, last_active_at=time.time(), **values)
 
     async def delete(self, tenant: str, session_id: str) -> None:
         async with self.rt.journal.transaction(session_id) as tx:
             await self._locked(tx, tenant, session_id)
             running = await active_turn(tx.conn, session_id)
-            if running is not None and running.status == "in_progress":
+            if running is not None and running.status == TurnStatus.IN_PROGRESS:
                 raise ConflictError(
                     f"Session {session_id} has a running turn ({running.id}); cancel it first "
                     "(POST /v1/agents/sessions/{id}/events with agent.session.input.cancel).",
@@ -197,14 +198,14 @@ class SessionService:
         return session
 
     async def _queue_message(self, tx: Transaction, session: SessionRecord, messages: Sequence[Mapping[str, Any]]) -> TurnRecord:
-        if session.status == "failed":
+        if session.status == SessionStatus.FAILED:
             raise ConflictError(f"session {session.id} has failed: {session.error}", code="session_failed")
         busy = await active_turn(tx.conn, session.id) or await next_queued_turn(tx.conn, session.id)
         turn = TurnRecord(
             id=new_turn_id(),
             session_id=session.id,
             ordinal=await allocate_turn_ordinal(tx.conn, session.id),
-            status="queued",
+            status=TurnStatus.QUEUED,
             input=[{"role": "user", "content": list(m["content"])} for m in messages],
             step=0,
             next_output_index=0,
@@ -218,7 +219,7 @@ class SessionService:
         )
         await insert_turn(tx.conn, turn)
         if busy is None:
-            await set_session_status(tx, session.id, "in_progress")
+            await set_session_status(tx, session.id, SessionStatus.IN_PROGRESS)
             await queue_turn_job(tx, turn)
         tx.emit(turn_event("created", turn))
         return turn
@@ -227,34 +228,35 @@ class SessionService:
         turn = await active_turn(tx.conn, session_id) or await next_queued_turn(tx.conn, session_id)
         if turn is None:
             return  # nothing to cancel: a no-op, as the spec allows
-        if turn.status == "in_progress":
+        if turn.status == TurnStatus.IN_PROGRESS:
             # The worker running it sees the flag, stops the step and closes the turn.
             await update_turn(tx.conn, turn.id, cancel_requested=True)
         else:
-            await close_turn(tx, turn, "cancelled")
+            await close_turn(tx, turn, TurnStatus.CANCELLED)
 
     async def _tool_result(self, tx: Transaction, session_id: str, event: Mapping[str, Any]) -> None:
         call_id = event["call_id"]
         turn = await get_turn(tx.conn, event["turn_id"], session_id=session_id)
-        pending = await pending_client_calls(tx.conn, turn.id) if turn is not None and turn.status in ("in_progress", "waiting") else []
+        pending = await pending_client_calls(tx.conn, turn.id) if turn is not None and turn.status in ACTIVE_STATUSES else []
         call = next((c for c in pending if c.call_id == call_id), None)
         if turn is None or call is None:
             # The exact message the official client's race retry recognises (spec §6.4).
             raise InvalidRequestError(f"Unknown pending tool call: {call_id}", code="invalid_request_error", param="call_id")
         success = bool(event["success"])
-        await update_item(tx.conn, call, status="completed" if success else "failed", data=call.data)
+        await transition_item(tx.conn, call, ItemStatus.COMPLETED if success else ItemStatus.FAILED, data=call.data)
         error = None if success else event.get("error") or "the client reported a failure"
         await add_call_output(tx, call, output=event.get("output"), error=error)
-        remaining = [c for c in pending if c.call_id != call_id]
+        await resolve_required_action(tx.conn, turn.id, call_id)
+        if any(c.call_id != call_id for c in pending):
+            return
         session = await get_session(tx.conn, session_id)
         assert session is not None
-        if remaining:
-            actions = [a for a in session.extra.get("required_actions", []) if a.get("call_id") != call_id]
-            await update_session(tx.conn, session_id, extra={**session.extra, "required_actions": actions})
-            return
-        await set_session_status(tx, session_id, "in_progress", extra={**session.extra, "required_actions": []})
-        if turn.status == "waiting":
-            resumed = await update_turn(tx.conn, turn.id, status="in_progress")
+        # A client may answer before its turn waits (while the step's workspace calls run):
+        # then the session is still in progress.
+        if session.status == SessionStatus.REQUIRES_ACTION:
+            await set_session_status(tx, session_id, SessionStatus.IN_PROGRESS)
+        if turn.status == TurnStatus.WAITING:
+            resumed = await transition_turn(tx.conn, turn, TurnStatus.IN_PROGRESS)
             await queue_turn_job(tx, resumed)
 
 

@@ -45,14 +45,16 @@ from cairn.engine.tools import (
     run_file_tool,
     workspace_tool_specs,
 )
-from cairn.errors import CairnError, InvalidRequestError, LeaseLostError, ModelError
+from cairn.errors import CairnError, InvalidRequestError, LeaseLostError, ModelError, StatusConflictError
 from cairn.models.base import Model, ModelRequest, ModelResponse, TextDelta, ToolCall, ToolSpec, Usage
 from cairn.sandbox.base import WORKSPACE_MOUNT, ExecRequest
 from cairn.snapshots import StartOutcome
-from cairn.store.items import ItemRecord, insert_item, new_item, pending_client_calls, session_items, turn_items, update_item
+from cairn.states import EnvironmentStatus, ItemStatus, SessionStatus, TurnStatus
+from cairn.store.items import ItemRecord, insert_item, new_item, pending_client_calls, session_items, transition_item, turn_items
 from cairn.store.jobs import Job, complete_job
-from cairn.store.sessions import SessionRecord, get_session, update_session
-from cairn.store.turns import TurnRecord, advance_step, fence_turn, get_turn, update_turn
+from cairn.store.required_actions import RequiredAction, add_required_actions
+from cairn.store.sessions import SessionRecord, get_session, set_environment_status
+from cairn.store.turns import TurnRecord, advance_step, fence_turn, get_turn, transition_turn, update_turn
 
 __all__ = ["TurnRunner"]
 
@@ -82,8 +84,8 @@ class _CallResult:
     error: str | None = None
 
     @property
-    def status(self) -> str:
-        return "completed" if self.error is None else "failed"
+    def status(self) -> ItemStatus:
+        return ItemStatus.COMPLETED if self.error is None else ItemStatus.FAILED
 
 
 @dataclass(slots=True)
@@ -139,17 +141,17 @@ class TurnRunner:
                 raise failure
             if scope.cancelled_caught:
                 with anyio.CancelScope(shield=True):
-                    await self._finish(ctx, "cancelled")
-        except LeaseLostError:
-            log.warning("turn %s: lease lost, another worker owns it now", ctx.turn.id)
+                    await self._finish(ctx, TurnStatus.CANCELLED)
+        except (LeaseLostError, StatusConflictError) as exc:
+            log.warning("turn %s: another writer owns it now (%s)", ctx.turn.id, exc)
         except ModelError as exc:
             with anyio.CancelScope(shield=True):
-                await self._finish(ctx, "failed", error={"code": exc.code, "message": exc.message})
+                await self._finish(ctx, TurnStatus.FAILED, error={"code": exc.code, "message": exc.message})
         except Exception as exc:
             log.exception("turn %s failed", ctx.turn.id)
             message = exc.message if isinstance(exc, CairnError) else f"internal error: {type(exc).__name__}"
             with anyio.CancelScope(shield=True):
-                await self._finish(ctx, "failed", error={"code": "internal_error", "message": message})
+                await self._finish(ctx, TurnStatus.FAILED, error={"code": "internal_error", "message": message})
         finally:
             await ctx.model.aclose()
 
@@ -175,22 +177,26 @@ class TurnRunner:
             if failure is not None:
                 await self._fail_before_start(job, turn, failure)
                 return None
-        async with self.journal.transaction(job.session_id) as tx:
-            turn = await get_turn(tx.conn, job.turn_id)
-            session = await get_session(tx.conn, job.session_id)
-            if not _is_runnable(turn, session):
-                unrunnable = True
-            else:
-                assert turn is not None and session is not None
-                unrunnable = False
-                if turn.status == "queued":
-                    turn = await self._start(tx, turn, session, job)
-                else:
-                    turn = await update_turn(tx.conn, turn.id, lease_token=job.lease_token)
-                    await self._recover(tx, turn)
+        try:
+            async with self.journal.transaction(job.session_id) as tx:
+                turn = await get_turn(tx.conn, job.turn_id)
                 session = await get_session(tx.conn, job.session_id)
-                assert session is not None
-                history = await session_items(tx.conn, session.id)
+                if not _is_runnable(turn, session):
+                    unrunnable = True
+                else:
+                    assert turn is not None and session is not None
+                    unrunnable = False
+                    if turn.status == "queued":
+                        turn = await self._start(tx, turn, session, job)
+                    else:
+                        # A worker died with the turn: take it over under this job's lease.
+                        turn = await transition_turn(tx.conn, turn, TurnStatus.IN_PROGRESS, lease_token=job.lease_token)
+                        await self._recover(tx, turn)
+                    session = await get_session(tx.conn, job.session_id)
+                    assert session is not None
+                    history = await session_items(tx.conn, session.id)
+        except StatusConflictError:
+            unrunnable = True  # the turn moved (was cancelled) between its read and this write
         if unrunnable:
             await self._settle_unrunnable(job)
             return None
@@ -214,13 +220,16 @@ class TurnRunner:
         async with self.journal.transaction(job.session_id) as tx:
             turn = await get_turn(tx.conn, job.turn_id)
             if turn is not None and turn.status in ("queued", "in_progress") and turn.cancel_requested:
-                await close_turn(tx, turn, "cancelled")
+                await close_turn(tx, turn, TurnStatus.CANCELLED)
             await complete_job(tx.conn, job)
 
     async def _fail_before_start(self, job: Job, turn: TurnRecord, error: dict[str, str]) -> None:
-        async with self.journal.transaction(job.session_id) as tx:
-            await close_turn(tx, turn, "failed", error=error)
-            await complete_job(tx.conn, job)
+        try:
+            async with self.journal.transaction(job.session_id) as tx:
+                await close_turn(tx, turn, TurnStatus.FAILED, error=error)
+                await complete_job(tx.conn, job)
+        except StatusConflictError:
+            await self._settle_unrunnable(job)  # closed (cancelled) while its workspace was prepared
 
     async def _acquire_workspace(self, session: SessionRecord, turn: TurnRecord) -> dict[str, str] | None:
         """Reuse, restore or create the workspace, with its events; the turn's error on failure."""
@@ -230,12 +239,11 @@ class TurnRunner:
             async with self.journal.transaction(session.id) as tx:
                 tx.emit(environment_event("failed", session, status="failed", turn_id=turn.id))
             return {"code": "sandbox_error", "message": f"the workspace could not be prepared: {exc.message}"}
-        was_suspended = session.extra.get("environment_status") == "suspended"
+        was_suspended = session.environment_status == EnvironmentStatus.SUSPENDED
         if started is not None and (started.outcome is StartOutcome.RESTORED or was_suspended):
             async with self.journal.transaction(session.id) as tx:
-                current = await get_session(tx.conn, session.id)
+                current = await set_environment_status(tx.conn, session.id, EnvironmentStatus.READY)
                 assert current is not None
-                current = await update_session(tx.conn, session.id, extra={**current.extra, "environment_status": "ready"})
                 if started.outcome is StartOutcome.RESTORED:
                     tx.emit(environment_event("pending", current, status="pending", turn_id=turn.id))
                 tx.emit(environment_event("ready", current, status="ready", turn_id=turn.id))
@@ -243,8 +251,8 @@ class TurnRunner:
 
     async def _start(self, tx: Transaction, turn: TurnRecord, session: SessionRecord, job: Job) -> TurnRecord:
         if session.status != "in_progress":
-            await set_session_status(tx, session.id, "in_progress")
-        turn = await update_turn(tx.conn, turn.id, status="in_progress", started_at=time.time(), lease_token=job.lease_token)
+            await set_session_status(tx, session.id, SessionStatus.IN_PROGRESS)
+        turn = await transition_turn(tx.conn, turn, TurnStatus.IN_PROGRESS, started_at=time.time(), lease_token=job.lease_token)
         tx.emit(turn_event("in_progress", turn))
         for message in turn.input:
             item = await insert_item(
@@ -270,12 +278,12 @@ class TurnRunner:
             if closed.type == "function_call":
                 await add_call_output(tx, closed, output=None, error=_INTERRUPTED)
 
-    async def _finish(self, ctx: _TurnContext, status: str, *, error: dict[str, str] | None = None) -> None:
+    async def _finish(self, ctx: _TurnContext, status: TurnStatus, *, error: dict[str, str] | None = None) -> None:
         try:
             async with self._write(ctx) as tx:
                 await close_turn(tx, ctx.turn, status, error=error)
                 await complete_job(tx.conn, ctx.job)
-        except LeaseLostError:
+        except (LeaseLostError, StatusConflictError):
             log.warning("turn %s: lease lost before it could be marked %s", ctx.turn.id, status)
 
     @asynccontextmanager
@@ -340,14 +348,13 @@ class TurnRunner:
                 return
 
     async def _wait_for_client(self, tx: Transaction, ctx: _TurnContext, calls: list[ItemRecord]) -> None:
-        turn = await update_turn(tx.conn, ctx.turn.id, status="waiting", lease_token=None)
+        turn = await transition_turn(tx.conn, ctx.turn, TurnStatus.WAITING, lease_token=None)
         actions = [
-            {"type": "function_call", "call_id": c.call_id, "name": c.data["name"], "arguments": c.data["arguments"], "turn_id": turn.id}
+            RequiredAction(turn.session_id, turn.id, str(c.call_id), "function_call", {"name": c.data["name"], "arguments": c.data["arguments"]})
             for c in calls
         ]
-        session = await get_session(tx.conn, ctx.session.id)
-        assert session is not None
-        await set_session_status(tx, ctx.session.id, "requires_action", extra={**session.extra, "required_actions": actions})
+        await add_required_actions(tx.conn, actions)
+        await set_session_status(tx, ctx.session.id, SessionStatus.REQUIRES_ACTION)
         await complete_job(tx.conn, ctx.job)
 
     async def _complete(self, ctx: _TurnContext) -> None:
@@ -359,7 +366,7 @@ class TurnRunner:
             outputs = await collect_outputs(self.rt.environments.files(session.id), self.rt.blobs, session)
         async with self._write(ctx) as tx:
             await record_outputs(tx.conn, session, ctx.turn.id, outputs)
-            await close_turn(tx, ctx.turn, "completed")
+            await close_turn(tx, ctx.turn, TurnStatus.COMPLETED)
             await complete_job(tx.conn, ctx.job)
 
     # -- one model step ---------------------------------------------------------------
@@ -412,7 +419,7 @@ class TurnRunner:
                 turn_id=ctx.turn.id,
                 type=type_,
                 data=data,
-                status=cols.pop("status", "in_progress"),
+                status=cols.pop("status", ItemStatus.IN_PROGRESS),
                 call_id=cols.pop("call_id", None),
                 tool_kind=cols.pop("tool_kind", None),
                 output_index=output_index,
@@ -433,7 +440,7 @@ class TurnRunner:
 
     async def _abandon_message(self, ctx: _TurnContext, message: ItemRecord) -> None:
         async with self._write(ctx) as tx:
-            closed = await update_item(tx.conn, message, status="incomplete", data=message.data)
+            closed = await transition_item(tx.conn, message, ItemStatus.INCOMPLETE, data=message.data)
             ctx.remember(closed)
             tx.emit(item_event("done", closed, closed.output_index))
 
@@ -483,8 +490,8 @@ class TurnRunner:
         text = response.text or ""
         part = {"type": "output_text", "text": text, "annotations": []}
         phase = "commentary" if response.tool_calls else "final_answer"
-        closed = await update_item(
-            tx.conn, message, status="completed", data={"role": "assistant", "phase": phase, "content": [part]}
+        closed = await transition_item(
+            tx.conn, message, ItemStatus.COMPLETED, data={"role": "assistant", "phase": phase, "content": [part]}
         )
         index = closed.output_index
         assert index is not None
@@ -495,7 +502,7 @@ class TurnRunner:
         )
         return closed
 
-    async def _record_call(self, tx: Transaction, ctx: _TurnContext, call: ToolCall, *, finished: str | None = None) -> ItemRecord:
+    async def _record_call(self, tx: Transaction, ctx: _TurnContext, call: ToolCall, *, finished: ItemStatus | None = None) -> ItemRecord:
         """Record a call as started, or already `finished` with that status (announced as started)."""
         arguments = json.dumps(dict(call.arguments), ensure_ascii=False)
         if call.name == "shell" and "shell" not in ctx.client_tool_names:
@@ -514,9 +521,9 @@ class TurnRunner:
         kind = "client" if call.name in ctx.client_tool_names else "workspace"
         data = {"call_id": call.call_id, "name": call.name, "arguments": arguments}
         item = await self._new_item(
-            tx, ctx, "function_call", data, call_id=call.call_id, tool_kind=kind, status=finished or "in_progress"
+            tx, ctx, "function_call", data, call_id=call.call_id, tool_kind=kind, status=finished or ItemStatus.IN_PROGRESS
         )
-        started = item if finished is None else dataclasses.replace(item, status="in_progress")
+        started = item if finished is None else dataclasses.replace(item, status=ItemStatus.IN_PROGRESS)
         tx.emit(item_event("added", started, item.output_index))
         if kind == "client":
             tx.emit(item_event("done", item, item.output_index))
@@ -557,7 +564,7 @@ class TurnRunner:
             return
         result = await self._run_file_call(ctx, str(item.data["name"]), arguments)
         async with self._write(ctx) as tx:
-            done = await update_item(tx.conn, item, status=result.status, data=item.data)
+            done = await transition_item(tx.conn, item, result.status, data=item.data)
             await self._record_result(tx, ctx, done, result)
 
     async def _run_shell(self, ctx: _TurnContext, item: ItemRecord, arguments: Mapping[str, Any]) -> None:
@@ -566,10 +573,10 @@ class TurnRunner:
             args = parse_shell_arguments(arguments)
         except InvalidRequestError as exc:
             data.update(output=exc.message, exit_code=None, duration_ms=0)
-            await self._close_command(ctx, item, data, "failed")
+            await self._close_command(ctx, item, data, ItemStatus.FAILED)
             return
         workspace = self.rt.environments.workspace_of(ctx.session.id)
-        env = ctx.session.extra.get("env") or {}
+        env = ctx.session.env
         network = (ctx.session.environment.get("network") or {}).get("access") == "enabled"
         timeout_s = args.timeout_ms / 1000 if args.timeout_ms else self.rt.settings.command_timeout_s
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -596,7 +603,7 @@ class TurnRunner:
             result = await self.rt.sandbox.exec(request, on_output)
         except CairnError as exc:
             data.update(output="".join(collected) + f"\n[sandbox error: {exc.message}]", exit_code=None, duration_ms=0)
-            await self._close_command(ctx, item, data, "failed")
+            await self._close_command(ctx, item, data, ItemStatus.FAILED)
             return
         tail = decoder.decode(b"", final=True)
         if tail:
@@ -607,11 +614,11 @@ class TurnRunner:
         if result.timed_out:
             output += f"\n[timed out after {timeout_s:g} s]"
         data.update(output=output, exit_code=result.exit_code, duration_ms=int(result.duration_s * 1000))
-        await self._close_command(ctx, item, data, "completed" if result.exit_code == 0 else "failed")
+        await self._close_command(ctx, item, data, ItemStatus.COMPLETED if result.exit_code == 0 else ItemStatus.FAILED)
 
-    async def _close_command(self, ctx: _TurnContext, item: ItemRecord, data: dict[str, Any], status: str) -> None:
+    async def _close_command(self, ctx: _TurnContext, item: ItemRecord, data: dict[str, Any], status: ItemStatus) -> None:
         async with self._write(ctx) as tx:
-            done = await update_item(tx.conn, item, status=status, data=data)
+            done = await transition_item(tx.conn, item, status, data=data)
             tx.emit(item_event("done", done, done.output_index))
             ctx.remember(done)
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from cairn.store.required_actions import RequiredAction
 from cairn.store.sessions import SessionRecord
 from cairn.store.turns import TurnRecord
 
-__all__ = ["render_session", "render_turn", "render_usage"]
+__all__ = ["render_required_action", "render_session", "render_turn", "render_usage"]
 
 
 def render_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -28,6 +29,11 @@ def render_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
     }
 
 
+def render_required_action(action: RequiredAction) -> dict[str, Any]:
+    """A RequiredAction of spec §3.1, e.g. {type: function_call, call_id, name, arguments, turn_id}."""
+    return {"type": action.kind, "call_id": action.call_id, **action.payload, "turn_id": action.turn_id}
+
+
 def render_session(session: SessionRecord) -> dict[str, Any]:
     wire: dict[str, Any] = {
         "id": session.id,
@@ -38,14 +44,15 @@ def render_session(session: SessionRecord) -> dict[str, Any]:
         "environment": session.environment,
         "error": session.error,
         "metadata": session.metadata,
-        "required_actions": session.extra.get("required_actions", []),
+        "required_actions": [render_required_action(a) for a in session.required_actions],
         "status": session.status,
         "usage": render_usage(session.usage),
-        "vault_ids": session.extra.get("vault_ids", []),
+        # Vaults are refused at create (api/schemas.py), so no session has any.
+        "vault_ids": [],
     }
-    for optional in ("prompt_cache_options", "review", "spend_control"):
-        if session.extra.get(optional) is not None:
-            wire[optional] = session.extra[optional]
+    settings = {"prompt_cache_options": session.prompt_cache_options, "review": session.review,
+                "spend_control": session.spend_control}
+    wire.update({key: value for key, value in settings.items() if value is not None})
     return wire
 
 

@@ -1,7 +1,11 @@
 """Item rows: the session's conversation, in append order.
 
-`data` holds the wire item (spec §3.7) without `id`, `type`, `status` and `turn_id`,
-which have their own columns; `store_item`/`item_wire` are the only translations.
+`data` holds the wire item (spec §3.7) without `id`, `type`, `status` and `turn_id`, which
+have their own columns; `ItemRecord.wire` is the only translation back. An item is written
+once by `insert_item` and then changed only by `transition_item`, which closes an open item
+(guarded by `cairn.states.ITEM_TRANSITIONS`, conditional on its status still being open).
+Both run on the hot path of the agent loop, so they are compiled once (`Prepared`) and
+return the record without reading it back.
 """
 
 from __future__ import annotations
@@ -12,12 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from cairn.store.db import Connection
 
-from cairn.errors import InvalidRequestError
+from cairn.errors import IllegalTransitionError, InvalidRequestError, StatusConflictError
 from cairn.ids import new_item_id
-from cairn.store.prepared import Prepared
+from cairn.states import ITEM_TRANSITIONS, ItemStatus
+from cairn.store.db import Connection
 from cairn.store.pages import Order, Page, fetch_page
+from cairn.store.prepared import Prepared
 from cairn.store.tables import items
 
 __all__ = [
@@ -28,8 +33,8 @@ __all__ = [
     "new_item",
     "pending_client_calls",
     "session_items",
+    "transition_item",
     "turn_items",
-    "update_item",
 ]
 
 
@@ -39,7 +44,7 @@ class ItemRecord:
     session_id: str
     turn_id: str
     type: str
-    status: str | None
+    status: ItemStatus | None
     call_id: str | None
     tool_kind: str | None
     output_index: int | None
@@ -62,7 +67,7 @@ def new_item(
     turn_id: str,
     type: str,
     data: dict[str, Any],
-    status: str | None = "completed",
+    status: ItemStatus | None = ItemStatus.COMPLETED,
     call_id: str | None = None,
     tool_kind: str | None = None,
     output_index: int | None = None,
@@ -83,29 +88,41 @@ def new_item(
 
 
 def _record(row: sa.Row[Any]) -> ItemRecord:
-    return ItemRecord(**row._asdict())
+    values = row._asdict()
+    if values["status"] is not None:
+        values["status"] = ItemStatus(values["status"])
+    return ItemRecord(**values)
 
 
 # Every field but the position, which the database assigns.
 _INSERTED = tuple(f for f in ItemRecord.__slots__ if f != "position")
 _INSERT = Prepared(sa.insert(items).returning(items.c.position), column_keys=_INSERTED)
-_UPDATE = Prepared(
+_TRANSITION = Prepared(
     sa.update(items)
-    .where(items.c.id == sa.bindparam("item_id"))
-    .values(status=sa.bindparam("status"), data=sa.bindparam("data", type_=items.c.data.type))
+    .where(items.c.id == sa.bindparam("item_id"), items.c.status == sa.bindparam("from_status"))
+    .values(status=sa.bindparam("to_status"), data=sa.bindparam("data", type_=items.c.data.type))
 )
 
 
 async def insert_item(conn: Connection, record: ItemRecord) -> ItemRecord:
+    if record.status is not None:
+        ITEM_TRANSITIONS.check_initial(record.status)
     values = {f: getattr(record, f) for f in _INSERTED}
     position = await _INSERT.scalar(conn, values)
     return ItemRecord(**{**values, "position": int(position)})
 
 
-async def update_item(conn: Connection, item: ItemRecord, *, status: str | None, data: dict[str, Any]) -> ItemRecord:
-    """Change an item's status and content; returns the updated record (no read-back needed)."""
-    await _UPDATE.execute(conn, {"item_id": item.id, "status": status, "data": data})
-    return dataclasses.replace(item, status=status, data=data)
+async def transition_item(conn: Connection, item: ItemRecord, to: ItemStatus, *, data: dict[str, Any]) -> ItemRecord:
+    """Move `item` from the status it was read in to `to`, with its final content; only if the
+    table allows the move (`IllegalTransitionError`, before any SQL) and the row is still in
+    that status (`StatusConflictError`). Returns the updated record (no read-back needed)."""
+    if item.status is None:
+        raise IllegalTransitionError(f"item {item.id} has no status: it never moves")
+    ITEM_TRANSITIONS.check(item.status, to)
+    params = {"item_id": item.id, "from_status": item.status, "to_status": to, "data": data}
+    if await _TRANSITION.execute(conn, params) != 1:
+        raise StatusConflictError(f"item {item.id} is no longer {item.status}; not moved to {to}")
+    return dataclasses.replace(item, status=to, data=data)
 
 
 async def get_item(conn: Connection, item_id: str) -> ItemRecord | None:

@@ -10,6 +10,9 @@ database clock.
 A job that raised is queued again after a delay (`retry_job`, `run_after`) or, once it has
 used its attempts, `parked`: kept for inspection, never claimed again (issue 19). A job
 handed back on shutdown (`release_job`) does not use up an attempt.
+
+Every status write is built by `_move`, which checks the move against
+`cairn.states.JOB_TRANSITIONS` and makes the UPDATE conditional on the states it moves from.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ import time
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from cairn.store.db import Connection
 
-from cairn.store.db import Database
+from cairn.states import JOB_TRANSITIONS, JobStatus
+from cairn.store.db import Connection, Database
 from cairn.store.tables import jobs
 
 __all__ = [
@@ -57,14 +60,24 @@ async def enqueue_job(conn: Connection, *, kind: str, session_id: str, turn_id: 
         jobs.c.kind == kind,
         jobs.c.session_id == session_id,
         jobs.c.turn_id == turn_id if turn_id is not None else jobs.c.turn_id.is_(None),
-        jobs.c.status.in_(("queued", "running")),
+        jobs.c.status.in_((JobStatus.QUEUED, JobStatus.RUNNING)),
     )
     if (await conn.execute(duplicate.limit(1))).first() is not None:
         return False
     await conn.execute(
-        sa.insert(jobs).values(kind=kind, session_id=session_id, turn_id=turn_id, status="queued", created_at=time.time())
+        sa.insert(jobs).values(
+            kind=kind, session_id=session_id, turn_id=turn_id, status=JobStatus.QUEUED, created_at=time.time()
+        )
     )
     return True
+
+
+def _move(to: JobStatus, *sources: JobStatus) -> sa.Update:
+    """An UPDATE of the status to `to` for a row in one of `sources`; the caller adds the row and
+    its lease conditions. Raises `IllegalTransitionError` for a move the table does not have."""
+    for source in sources:
+        JOB_TRANSITIONS.check(source, to)
+    return sa.update(jobs).where(jobs.c.status.in_(sources)).values(status=to)
 
 
 def _claimable(db: Database) -> sa.ColumnElement[bool]:
@@ -76,13 +89,13 @@ def _claimable(db: Database) -> sa.ColumnElement[bool]:
         .where(
             busy.c.session_id == jobs.c.session_id,
             busy.c.id != jobs.c.id,
-            busy.c.status == "running",
+            busy.c.status == JobStatus.RUNNING,
             busy.c.lease_expires_at >= now,
         )
         .exists()
     )
-    expired = sa.and_(jobs.c.status == "running", jobs.c.lease_expires_at < now)
-    due = sa.and_(jobs.c.status == "queued", sa.or_(jobs.c.run_after.is_(None), jobs.c.run_after <= now))
+    expired = sa.and_(jobs.c.status == JobStatus.RUNNING, jobs.c.lease_expires_at < now)
+    due = sa.and_(jobs.c.status == JobStatus.QUEUED, sa.or_(jobs.c.run_after.is_(None), jobs.c.run_after <= now))
     return sa.and_(sa.or_(due, expired), ~session_busy)
 
 
@@ -96,10 +109,10 @@ async def claim_job(db: Database, *, owner: str, lease_s: float) -> Job | None:
         if job_id is None:
             return None
         stmt = (
-            sa.update(jobs)
+            # A queued job, or a running one whose worker let the lease expire (at-least-once).
+            _move(JobStatus.RUNNING, JobStatus.QUEUED, JobStatus.RUNNING)
             .where(jobs.c.id == job_id, _claimable(db))
             .values(
-                status="running",
                 attempts=jobs.c.attempts + 1,
                 lease_token=sa.case(
                     (jobs.c.lease_token == 0, sa.bindparam("first_token", (job_id << _TOKEN_SHIFT) + 1)),
@@ -114,9 +127,11 @@ async def claim_job(db: Database, *, owner: str, lease_s: float) -> Job | None:
         return Job(**row._asdict()) if row is not None else None
 
 
-def _fenced(job: Job) -> sa.Update:
-    """An UPDATE of `job` that only the current lease holder's token can make (fencing)."""
-    return sa.update(jobs).where(jobs.c.id == job.id, jobs.c.lease_token == job.lease_token, jobs.c.status == "running")
+def _fenced(job: Job, to: JobStatus | None = None) -> sa.Update:
+    """An UPDATE of the running `job` that only the current lease holder's token can make
+    (fencing); with `to`, it also moves the job out of `running`."""
+    stmt = _move(to, JobStatus.RUNNING) if to is not None else sa.update(jobs).where(jobs.c.status == JobStatus.RUNNING)
+    return stmt.where(jobs.c.id == job.id, jobs.c.lease_token == job.lease_token)
 
 
 async def renew_lease(db: Database, job: Job, *, lease_s: float) -> bool:
@@ -127,7 +142,7 @@ async def renew_lease(db: Database, job: Job, *, lease_s: float) -> bool:
 
 async def complete_job(conn: Connection, job: Job, *, error: str | None = None) -> bool:
     """Mark the job done (or failed) in the caller's transaction; False if the lease was lost."""
-    stmt = _fenced(job).values(status="failed" if error else "done", last_error=error, lease_expires_at=None)
+    stmt = _fenced(job, JobStatus.FAILED if error else JobStatus.DONE).values(last_error=error, lease_expires_at=None)
     return (await conn.execute(stmt)).rowcount == 1
 
 
@@ -136,20 +151,20 @@ async def release_job(db: Database, job: Job) -> None:
     the claim it was given back from does not count as an attempt."""
     async with db.write() as conn:
         await conn.execute(
-            _fenced(job).values(status="queued", attempts=jobs.c.attempts - 1, lease_owner=None, lease_expires_at=None)
+            _fenced(job, JobStatus.QUEUED).values(attempts=jobs.c.attempts - 1, lease_owner=None, lease_expires_at=None)
         )
 
 
 async def retry_job(db: Database, job: Job, *, delay_s: float, error: str) -> bool:
     """Queue a job that raised again, claimable after `delay_s`; False if the lease was lost."""
     async with db.write() as conn:
-        stmt = _fenced(job).values(
-            status="queued", run_after=db.now() + delay_s, last_error=error, lease_owner=None, lease_expires_at=None
+        stmt = _fenced(job, JobStatus.QUEUED).values(
+            run_after=db.now() + delay_s, last_error=error, lease_owner=None, lease_expires_at=None
         )
         return (await conn.execute(stmt)).rowcount == 1
 
 
 async def park_job(conn: Connection, job: Job, *, error: str) -> bool:
     """Stop retrying a job that keeps failing, in the caller's transaction; False if the lease was lost."""
-    stmt = _fenced(job).values(status="parked", last_error=error, lease_expires_at=None)
+    stmt = _fenced(job, JobStatus.PARKED).values(last_error=error, lease_expires_at=None)
     return (await conn.execute(stmt)).rowcount == 1

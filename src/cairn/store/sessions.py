@@ -1,20 +1,28 @@
 """Session rows: create, read within a tenant, update, delete.
 
 A session row also carries the per-session event counter (`last_event_seq`, advanced only
-by `store.events.append_events`) and the turn counter (`next_turn_ordinal`).
+by `store.events.append_events`) and the turn counter (`next_turn_ordinal`). Each durable
+fact has one writer: the status moves only through `transition_session` (guarded by
+`cairn.states.SESSION_TRANSITIONS`), the environment's status only through
+`set_environment_status`, the settings (`prompt_cache_options`, `review`, `spend_control`)
+and `env` only at create and update; the required actions live in their own table
+(`cairn.store.required_actions`), and a record read here carries them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
-from cairn.store.db import Connection
 
-from cairn.errors import InvalidRequestError
+from cairn.errors import CairnMisuseError, InvalidRequestError, StatusConflictError
+from cairn.states import SESSION_TRANSITIONS, EnvironmentStatus, SessionStatus
+from cairn.store.db import Connection
 from cairn.store.pages import Order, Page, fetch_page
+from cairn.store.required_actions import RequiredAction, actions_of
 from cairn.store.tables import api_keys, sessions
 
 __all__ = [
@@ -25,6 +33,8 @@ __all__ = [
     "insert_session",
     "list_sessions",
     "list_tenants",
+    "set_environment_status",
+    "transition_session",
     "update_session",
 ]
 
@@ -33,12 +43,11 @@ __all__ = [
 class SessionRecord:
     id: str
     tenant: str
-    status: str
+    status: SessionStatus
     agent: dict[str, Any]
     environment: dict[str, Any]
     environment_id: str
     metadata: dict[str, str]
-    extra: dict[str, Any]
     error: str | None
     usage: dict[str, Any] | None
     last_event_seq: int
@@ -46,14 +55,44 @@ class SessionRecord:
     outputs_manifest: dict[str, dict[str, Any]]
     created_at: float
     last_active_at: float
+    env: dict[str, str] = field(default_factory=dict)
+    environment_status: EnvironmentStatus | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    review: str | None = None
+    spend_control: dict[str, Any] | None = None
+    # Not a column: the rows of `required_actions`, filled in by every read of this module.
+    required_actions: tuple[RequiredAction, ...] = ()
+
+
+_COLUMNS = tuple(f for f in SessionRecord.__slots__ if f != "required_actions")
+# Written only by their own functions below.
+_OWNED = {"status": "transition_session", "environment_status": "set_environment_status"}
 
 
 def _record(row: sa.Row[Any]) -> SessionRecord:
-    return SessionRecord(**row._asdict())
+    values = row._asdict()
+    values["status"] = SessionStatus(values["status"])
+    if values["environment_status"] is not None:
+        values["environment_status"] = EnvironmentStatus(values["environment_status"])
+    return SessionRecord(**values)
+
+
+async def _with_actions(conn: Connection, records: Sequence[SessionRecord]) -> list[SessionRecord]:
+    """`records` with their required actions; only a session that requires action has any
+    (they are added and dropped in the transactions that move it in and out of that state),
+    so the others cost no query."""
+    waiting = [r.id for r in records if r.status == SessionStatus.REQUIRES_ACTION]
+    found = await actions_of(conn, waiting)
+    return [dataclasses.replace(r, required_actions=found[r.id]) if r.id in found else r for r in records]
+
+
+async def _one(conn: Connection, row: sa.Row[Any]) -> SessionRecord:
+    return (await _with_actions(conn, [_record(row)]))[0]
 
 
 async def insert_session(conn: Connection, record: SessionRecord) -> None:
-    await conn.execute(sa.insert(sessions).values(**{f: getattr(record, f) for f in SessionRecord.__slots__}))
+    SESSION_TRANSITIONS.check_initial(record.status)
+    await conn.execute(sa.insert(sessions).values(**{f: getattr(record, f) for f in _COLUMNS}))
 
 
 async def get_session(
@@ -66,7 +105,7 @@ async def get_session(
     if for_update:
         stmt = stmt.with_for_update()
     row = (await conn.execute(stmt)).first()
-    return _record(row) if row is not None else None
+    return await _one(conn, row) if row is not None else None
 
 
 async def list_sessions(
@@ -93,14 +132,45 @@ async def list_sessions(
             raise InvalidRequestError(f"unknown session id in `after`: {after}", param="after")
         after_key = (anchor.created_at, anchor.id)
     page = await fetch_page(conn, stmt, (sessions.c.created_at, sessions.c.id), after=after_key, order=order, limit=limit)
-    return Page([_record(r) for r in page.data], page.has_more)
+    return Page(await _with_actions(conn, [_record(r) for r in page.data]), page.has_more)
 
 
 async def update_session(conn: Connection, session_id: str, **values: Any) -> SessionRecord:
+    """Change columns that have no writer of their own (settings, agent, metadata, usage, times)."""
+    owned = sorted(_OWNED.keys() & values.keys())
+    if owned:
+        raise CairnMisuseError(f"sessions.{owned[0]} is written only by {_OWNED[owned[0]]}")
     row = (
         await conn.execute(sa.update(sessions).where(sessions.c.id == session_id).values(**values).returning(sessions))
     ).one()
-    return _record(row)
+    return await _one(conn, row)
+
+
+async def transition_session(
+    conn: Connection, session: SessionRecord, to: SessionStatus, *, last_active_at: float
+) -> SessionRecord:
+    """Move `session` from the status it was read in to `to`; only if the table allows the move (`IllegalTransitionError`, before any SQL) and
+    the row is still in that status (`StatusConflictError`: another writer moved it first)."""
+    SESSION_TRANSITIONS.check(session.status, to)
+    stmt = (
+        sa.update(sessions)
+        .where(sessions.c.id == session.id, sessions.c.status == session.status)
+        .values(status=to, last_active_at=last_active_at)
+        .returning(sessions)
+    )
+    row = (await conn.execute(stmt)).first()
+    if row is None:
+        raise StatusConflictError(f"session {session.id} is no longer {session.status}; not moved to {to}")
+    return await _one(conn, row)
+
+
+async def set_environment_status(conn: Connection, session_id: str, status: EnvironmentStatus) -> SessionRecord | None:
+    """Record what the session's workspace is now; None if the session is gone."""
+    stmt = (
+        sa.update(sessions).where(sessions.c.id == session_id).values(environment_status=status).returning(sessions)
+    )
+    row = (await conn.execute(stmt)).first()
+    return await _one(conn, row) if row is not None else None
 
 
 async def allocate_turn_ordinal(conn: Connection, session_id: str) -> int:

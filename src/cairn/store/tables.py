@@ -16,6 +16,7 @@ __all__ = [
     "items",
     "jobs",
     "metadata",
+    "required_actions",
     "sessions",
     "turns",
 ]
@@ -51,7 +52,14 @@ sessions = sa.Table(
     sa.Column("environment", sa.JSON, nullable=False),
     sa.Column("environment_id", sa.String(64), nullable=False),
     sa.Column("metadata", sa.JSON, nullable=False),
-    sa.Column("extra", sa.JSON, nullable=False),
+    # The environment's variables: given at create, never rendered (they may be secrets).
+    sa.Column("env", sa.JSON, nullable=False, server_default="{}"),
+    # `ready` or `suspended` for a hosted environment (owned by `set_environment_status`).
+    sa.Column("environment_status", sa.String(16), nullable=True),
+    # Settings written by create and update only.
+    sa.Column("prompt_cache_options", sa.JSON, nullable=True),
+    sa.Column("review", sa.String(16), nullable=True),
+    sa.Column("spend_control", sa.JSON, nullable=True),
     sa.Column("error", sa.Text, nullable=True),
     sa.Column("usage", sa.JSON, nullable=True),
     sa.Column("last_event_seq", sa.BigInteger, nullable=False, server_default="0"),
@@ -102,6 +110,22 @@ items = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Index("ix_items_session_position", "session_id", "position"),
     sa.Index("ix_items_turn_call", "turn_id", "call_id"),
+)
+
+# What a waiting turn needs from the client, one row per pending call (spec §3.1 RequiredAction).
+required_actions = sa.Table(
+    "required_actions",
+    metadata,
+    sa.Column("position", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("session_id", sa.String(64), sa.ForeignKey("sessions.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("turn_id", sa.String(64), sa.ForeignKey("turns.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("call_id", sa.String(128), nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    # The action's fields other than type, call_id and turn_id (for a function call: name, arguments).
+    sa.Column("payload", sa.JSON, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("turn_id", "call_id"),
+    sa.Index("ix_required_actions_session_position", "session_id", "position"),
 )
 
 events = sa.Table(

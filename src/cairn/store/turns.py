@@ -1,6 +1,8 @@
 """Turn rows: the turn's lifecycle status and its run state (step, output index).
 
-Writes made by a worker for a running turn are fenced: `fence_turn` checks that the
+The status moves only through `transition_turn`, guarded by `cairn.states.TURN_TRANSITIONS`
+and conditional on the status its writer read, so a racing writer loses instead of
+overwriting (a cancel and a completion of the same turn: exactly one wins). Writes made by a worker for a running turn are fenced: `fence_turn` checks that the
 job lease that claimed the turn is still the current one, and `advance_step` records a
 model step under the same check, in one statement (style: storage, fencing).
 """
@@ -12,11 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from cairn.store.db import Connection
 
-from cairn.errors import InvalidRequestError, LeaseLostError
-from cairn.store.prepared import Prepared
+from cairn.errors import CairnMisuseError, InvalidRequestError, LeaseLostError, StatusConflictError
+from cairn.states import TURN_TRANSITIONS, TurnStatus
+from cairn.store.db import Connection
 from cairn.store.pages import Order, Page, fetch_page
+from cairn.store.prepared import Prepared
 from cairn.store.tables import turns
 
 __all__ = [
@@ -29,11 +32,12 @@ __all__ = [
     "next_queued_turn",
     "active_turn",
     "advance_step",
+    "transition_turn",
     "update_turn",
 ]
 
 # A session has at most one turn in one of these at a time.
-ACTIVE_STATUSES = ("in_progress", "waiting")
+ACTIVE_STATUSES = (TurnStatus.IN_PROGRESS, TurnStatus.WAITING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +45,7 @@ class TurnRecord:
     id: str
     session_id: str
     ordinal: int
-    status: str
+    status: TurnStatus
     input: list[dict[str, Any]]
     step: int
     next_output_index: int
@@ -53,16 +57,15 @@ class TurnRecord:
     started_at: float | None
     completed_at: float | None
 
-    @property
-    def is_terminal(self) -> bool:
-        return self.status in ("completed", "failed", "cancelled")
-
 
 def _record(row: sa.Row[Any]) -> TurnRecord:
-    return TurnRecord(**row._asdict())
+    values = row._asdict()
+    values["status"] = TurnStatus(values["status"])
+    return TurnRecord(**values)
 
 
 async def insert_turn(conn: Connection, record: TurnRecord) -> None:
+    TURN_TRANSITIONS.check_initial(record.status)
     await conn.execute(sa.insert(turns).values(**{f: getattr(record, f) for f in TurnRecord.__slots__}))
 
 
@@ -82,7 +85,7 @@ async def active_turn(conn: Connection, session_id: str) -> TurnRecord | None:
 
 
 async def next_queued_turn(conn: Connection, session_id: str) -> TurnRecord | None:
-    stmt = sa.select(turns).where(turns.c.session_id == session_id, turns.c.status == "queued")
+    stmt = sa.select(turns).where(turns.c.session_id == session_id, turns.c.status == TurnStatus.QUEUED)
     row = (await conn.execute(stmt.order_by(turns.c.ordinal).limit(1))).first()
     return _record(row) if row is not None else None
 
@@ -102,8 +105,28 @@ async def list_turns(
 
 
 async def update_turn(conn: Connection, turn_id: str, **values: Any) -> TurnRecord:
+    """Change columns other than the status (which only `transition_turn` writes)."""
+    if "status" in values:
+        raise CairnMisuseError("turns.status is written only by transition_turn")
     stmt = sa.update(turns).where(turns.c.id == turn_id).values(**values).returning(turns)
     return _record((await conn.execute(stmt)).one())
+
+
+async def transition_turn(conn: Connection, turn: TurnRecord, to: TurnStatus, **values: Any) -> TurnRecord:
+    """Move `turn` from the status it was read in to `to`, with other `values` in the same
+    write; only if the table allows the move (`IllegalTransitionError`, before any SQL) and
+    the row is still in that status (`StatusConflictError`: another writer moved it first)."""
+    TURN_TRANSITIONS.check(turn.status, to)
+    stmt = (
+        sa.update(turns)
+        .where(turns.c.id == turn.id, turns.c.status == turn.status)
+        .values(**values, status=to)
+        .returning(turns)
+    )
+    row = (await conn.execute(stmt)).first()
+    if row is None:
+        raise StatusConflictError(f"turn {turn.id} is no longer {turn.status}; not moved to {to}")
+    return _record(row)
 
 
 _FENCE = Prepared(

@@ -13,6 +13,7 @@ from typing import Protocol
 from cairn.engine.lifecycle import close_turn
 from cairn.engine.runtime import Runtime
 from cairn.engine.turn import TurnRunner
+from cairn.states import TurnStatus
 from cairn.store.jobs import Job, park_job
 from cairn.store.turns import get_turn
 
@@ -45,7 +46,7 @@ class TurnJobHandler:
                 turn = await get_turn(tx.conn, job.turn_id) if job.turn_id is not None else None
                 if turn is not None and turn.status in ("queued", "in_progress"):
                     stopped = {"code": "internal_error", "message": f"internal error: the turn was stopped because {reason}"}
-                    await close_turn(tx, turn, "failed", error=stopped)
+                    await close_turn(tx, turn, TurnStatus.FAILED, error=stopped)
                 await park_job(tx.conn, job, error=error)
         except Exception:
             # The turn's own data may be what fails; the job must still stop being retried.

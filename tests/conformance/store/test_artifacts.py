@@ -23,7 +23,7 @@ async def _artifact(db: Database, tenant: str, content: str) -> ArtifactRecord:
     now = time.time()
     session = SessionRecord(
         id=new_session_id(), tenant=tenant, status="idle", agent={"model": "scripted:x"}, environment={"type": "none"},
-        environment_id="env_1", metadata={}, extra={}, error=None, usage=None, last_event_seq=0, next_turn_ordinal=0,
+        environment_id="env_1", metadata={}, error=None, usage=None, last_event_seq=0, next_turn_ordinal=0,
         outputs_manifest={}, created_at=now, last_active_at=now,
     )
     record = ArtifactRecord(

@@ -91,6 +91,6 @@ async def _insert_session(db: Database) -> None:
         await conn.execute(
             sa.insert(sessions).values(
                 id="sess_1", tenant="t1", status="idle", agent={}, environment={}, environment_id="env_1", metadata={},
-                extra={}, outputs_manifest={}, created_at=1.0, last_active_at=1.0,
+                outputs_manifest={}, created_at=1.0, last_active_at=1.0,
             )
         )

@@ -30,7 +30,7 @@ def _session(
     now = created_at or time.time()
     return SessionRecord(
         id=new_session_id(), tenant=tenant, status="idle", agent={"id": agent_id, "model": "scripted:x"}, environment={"type": "none"},
-        environment_id="env_1", metadata=metadata or {}, extra={}, error=None, usage=None, last_event_seq=0,
+        environment_id="env_1", metadata=metadata or {}, error=None, usage=None, last_event_seq=0,
         next_turn_ordinal=0, outputs_manifest={}, created_at=now, last_active_at=now,
     )
 

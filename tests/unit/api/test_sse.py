@@ -42,7 +42,7 @@ async def _new_session(rt: Runtime) -> str:
     now = time.time()
     record = SessionRecord(
         id=new_session_id(), tenant="t", status="idle", agent={"model": "scripted:x"}, environment={"type": "none"},
-        environment_id="env_1", metadata={}, extra={}, error=None, usage=None, last_event_seq=0, next_turn_ordinal=0,
+        environment_id="env_1", metadata={}, error=None, usage=None, last_event_seq=0, next_turn_ordinal=0,
         outputs_manifest={}, created_at=now, last_active_at=now,
     )
     async with rt.db.write() as conn:

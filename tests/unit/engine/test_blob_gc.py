@@ -39,7 +39,7 @@ async def _new_session(db: Database, tenant: str = "t1") -> SessionRecord:
     now = time.time()
     record = SessionRecord(
         id=new_session_id(), tenant=tenant, status="idle", agent={"model": "scripted:x"},
-        environment={"type": "openai_hosted"}, environment_id="env_1", metadata={}, extra={}, error=None, usage=None,
+        environment={"type": "openai_hosted"}, environment_id="env_1", metadata={}, error=None, usage=None,
         last_event_seq=0, next_turn_ordinal=0, outputs_manifest={}, created_at=now, last_active_at=now,
     )
     async with db.write() as conn:
