@@ -4,50 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from cairn.bootstrap import build_runtime
-from cairn.config import Settings
 from cairn.engine.runtime import Runtime
 from cairn.engine.sessions import SessionService
 from cairn.engine.turn import TurnRunner
 from cairn.models.base import Model, ModelEvent, ModelRequest, ModelResponse, ToolCall
-from cairn.store.db import Database
 from cairn.store.items import session_items
 from cairn.store.jobs import claim_job
-from cairn.store.migrate import upgrade
 from cairn.store.tables import turns
 from cairn.store.turns import get_turn
 
 pytestmark = pytest.mark.anyio
 
 NOTE = "a small note\n"
-
-
-@pytest.fixture
-async def runtime() -> AsyncIterator[Runtime]:
-    # Under /tmp, not pytest's 0700 tree: the sandbox's account must reach the workspace.
-    root = Path(tempfile.mkdtemp(prefix="cairn-turn-"))
-    os.chmod(root, 0o711)
-    scripts = root / "scripts"
-    scripts.mkdir()
-    settings = Settings(data_dir=root / "data", scripts_dir=scripts)
-    settings.data_dir.mkdir()
-    db = Database(settings.resolved_database_url)
-    await upgrade(db)
-    try:
-        yield build_runtime(settings, db)
-    finally:
-        await db.dispose()
-        shutil.rmtree(root)
 
 
 def _read(path: str) -> dict[str, Any]:
