@@ -23,6 +23,7 @@ from cairn.states import (
     ItemStatus,
     JobStatus,
     SessionStatus,
+    Transitions,
     TurnStatus,
 )
 from cairn.store.db import Connection, Database
@@ -36,10 +37,6 @@ pytestmark = pytest.mark.anyio
 
 S = TypeVar("S", SessionStatus, TurnStatus, ItemStatus, JobStatus)
 _WAIT_S = 10.0
-
-
-def _pairs(statuses: type[S]) -> list[tuple[S, S]]:
-    return list(itertools.product(statuses, repeat=2))
 
 
 class _NoSQL:
@@ -87,98 +84,75 @@ async def _status(db: Database, table: sa.Table, key: sa.ColumnElement[bool]) ->
 
 
 async def _walk(
-    pairs: list[tuple[S, S]],
-    is_allowed: Callable[[S, S], bool],
-    prepare: Callable[[S], Awaitable[Any]],
-    move: Callable[[Connection, Any, S], Awaitable[Any]],
-    read: Callable[[Any], Awaitable[Any]],
     db: Database,
+    transitions: Transitions[S],
+    statuses: type[S],
+    table: sa.Table,
+    create: Callable[[], Awaitable[Any]],
+    get: Callable[[Connection, str], Awaitable[Any]],
+    move: Callable[[Connection, Any, S], Awaitable[Any]],
 ) -> None:
     """For every (from, to): a fresh row in `from`; the move succeeds and is stored if the table
     allows it, else it raises before any SQL and the row (read back whole) is unchanged."""
-    for from_, to in pairs:
-        row = await prepare(from_)
-        before = await read(row)
-        if is_allowed(from_, to):
+
+    async def read(row_id: str) -> Any:
+        async with db.read() as conn:
+            found = await get(conn, row_id)
+        assert found is not None
+        return found
+
+    for from_, to in itertools.product(statuses, repeat=2):
+        created = await create()
+        await _force(db, table, table.c.id == created.id, from_)
+        row = await read(created.id)
+        if transitions.is_allowed(from_, to):
             async with db.write() as conn:
                 moved = await move(conn, row, to)
-            assert moved.status == to, (from_, to)
-            after = await read(row)
-            assert after.status == to and after == moved, (from_, to)
+            assert moved.status == to and await read(row.id) == moved, (from_, to)
             continue
         with pytest.raises(IllegalTransitionError):
             await move(_NO_SQL, row, to)
         with pytest.raises(IllegalTransitionError):
             async with db.write() as conn:
                 await move(conn, row, to)
-        assert await read(row) == before, (from_, to)
+        assert await read(row.id) == row, (from_, to)
 
 
 async def test_session_moves_follow_the_table(db: Database) -> None:
-    async def prepare(status: SessionStatus) -> SessionRecord:
-        session = await _new_session(db)
-        await _force(db, sessions, sessions.c.id == session.id, status)
-        return await read(session)
-
-    async def read(session: SessionRecord) -> SessionRecord:
-        async with db.read() as conn:
-            found = await get_session(conn, session.id)
-        assert found is not None
-        return found
-
     async def move(conn: Connection, session: SessionRecord, to: SessionStatus) -> SessionRecord:
         return await transition_session(conn, session, to, last_active_at=session.last_active_at + 1)
 
-    await _walk(_pairs(SessionStatus), SESSION_TRANSITIONS.is_allowed, prepare, move, read, db)
+    await _walk(db, SESSION_TRANSITIONS, SessionStatus, sessions, lambda: _new_session(db), get_session, move)
 
 
 async def test_turn_moves_follow_the_table(db: Database) -> None:
     session = await _new_session(db)
     ordinals = itertools.count()
 
-    async def prepare(status: TurnStatus) -> TurnRecord:
-        turn = await _new_turn(db, session.id, next(ordinals))
-        await _force(db, turns, turns.c.id == turn.id, status)
-        return await read(turn)
-
-    async def read(turn: TurnRecord) -> TurnRecord:
-        async with db.read() as conn:
-            found = await get_turn(conn, turn.id)
-        assert found is not None
-        return found
-
     async def move(conn: Connection, turn: TurnRecord, to: TurnStatus) -> TurnRecord:
         return await transition_turn(conn, turn, to, lease_token=7)
 
-    await _walk(_pairs(TurnStatus), TURN_TRANSITIONS.is_allowed, prepare, move, read, db)
+    await _walk(db, TURN_TRANSITIONS, TurnStatus, turns, lambda: _new_turn(db, session.id, next(ordinals)), get_turn, move)
 
 
 async def test_item_moves_follow_the_table(db: Database) -> None:
     session = await _new_session(db)
     turn = await _new_turn(db, session.id)
 
-    async def prepare(status: ItemStatus) -> ItemRecord:
+    async def create() -> ItemRecord:
         async with db.write() as conn:
-            item = await insert_item(conn, new_item(session_id=session.id, turn_id=turn.id, type="message", data={"n": 0}))
-        await _force(db, items, items.c.id == item.id, status)
-        return await read(item)
-
-    async def read(item: ItemRecord) -> ItemRecord:
-        async with db.read() as conn:
-            found = await get_item(conn, item.id)
-        assert found is not None
-        return found
+            return await insert_item(conn, new_item(session_id=session.id, turn_id=turn.id, type="message", data={"n": 0}))
 
     async def move(conn: Connection, item: ItemRecord, to: ItemStatus) -> ItemRecord:
         return await transition_item(conn, item, to, data={"n": 1})
 
-    await _walk(_pairs(ItemStatus), ITEM_TRANSITIONS.is_allowed, prepare, move, read, db)
+    await _walk(db, ITEM_TRANSITIONS, ItemStatus, items, create, get_item, move)
 
 
 async def test_job_moves_follow_the_table(db: Database) -> None:
     """Every job write is built by `_move`: it refuses what the table lacks; and each queue
     function moves a job only out of the states the table allows it to leave."""
-    for from_, to in _pairs(JobStatus):
+    for from_, to in itertools.product(JobStatus, repeat=2):
         if JOB_TRANSITIONS.is_allowed(from_, to):
             _move(to, from_)
         else:
