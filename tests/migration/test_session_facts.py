@@ -1,4 +1,4 @@
-"""Revision 0002 moves what `sessions.extra` held into its own columns and table, and back."""
+"""Revision 0003 moves what `sessions.extra` held into its own columns and table, and back."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _turn(turn_id: str, session_id: str, ordinal: int, status: str) -> dict[str,
             "created_at": time.time()}
 
 
-async def _insert_at_0001(db: Database) -> None:
+async def _insert_at_0002(db: Database) -> None:
     meta = sa.MetaData()
     async with db.read() as conn:
         await conn.run_sync(lambda sync: meta.reflect(sync, only=["sessions", "turns"]))
@@ -52,8 +52,8 @@ async def _insert_at_0001(db: Database) -> None:
 
 
 async def test_upgrade_moves_extra_into_columns_and_required_actions(db: Database) -> None:
-    await downgrade(db, "0001")
-    await _insert_at_0001(db)
+    await downgrade(db, "0002")
+    await _insert_at_0002(db)
     await upgrade(db)
     async with db.read() as conn:
         hosted = await get_session(conn, "sess_hosted")
@@ -70,7 +70,7 @@ async def test_upgrade_moves_extra_into_columns_and_required_actions(db: Databas
         "turn_w", "call_1", "function_call", {"name": "lookup", "arguments": "{}"}
     )
 
-    await downgrade(db, "0001")
+    await downgrade(db, "0002")
     async with db.read() as conn:
         rows = dict((await conn.execute(sa.text("SELECT id, extra FROM sessions"))).all())
     extras = {k: json.loads(v) if isinstance(v, str) else v for k, v in rows.items()}

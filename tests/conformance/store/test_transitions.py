@@ -28,7 +28,7 @@ from cairn.states import (
 )
 from cairn.store.db import Connection, Database
 from cairn.store.items import ItemRecord, get_item, insert_item, new_item, transition_item
-from cairn.store.jobs import Job, _move, claim_job, complete_job, enqueue_job, release_job
+from cairn.store.jobs import Job, _move, claim_job, complete_job, enqueue_job, park_job, release_job, retry_job
 from cairn.store.sessions import SessionRecord, get_session, insert_session, transition_session, update_session
 from cairn.store.tables import items, jobs, sessions, turns
 from cairn.store.turns import TurnRecord, get_turn, insert_turn, transition_turn, update_turn
@@ -173,11 +173,17 @@ async def test_job_moves_follow_the_table(db: Database) -> None:
         async with db.write() as conn:
             return await complete_job(conn, job, error=error)
 
+    async def park(job: Job) -> bool:
+        async with db.write() as conn:
+            return await park_job(conn, job, error="boom")
+
     for from_ in JobStatus:
         for to, run in (
             (JobStatus.DONE, complete),
             (JobStatus.FAILED, lambda job: complete(job, error="boom")),
             (JobStatus.QUEUED, lambda job: release_job(db, job)),
+            (JobStatus.QUEUED, lambda job: retry_job(db, job, delay_s=0, error="boom")),
+            (JobStatus.PARKED, park),
         ):
             job = await held_job(from_)
             await run(job)
