@@ -1,6 +1,7 @@
 """Seeing another transaction wait for the lock a test's transaction holds, on both databases.
 
-PostgreSQL shows a waiter: an advisory lock request not granted in `pg_locks`. SQLite shows
+PostgreSQL shows a waiter: a lock request not granted in `pg_locks` (an advisory lock, or the
+transaction holding a row that another one wants to update). SQLite shows
 none, and its write lock is the only lock there (the sweep and publish locks take nothing
 more inside `Database.write()`, store/blob_locks.py), so a SQLite waiter is known by its
 attempts: every `BEGIN IMMEDIATE` passes a hook on the engines' `begin` event before it
@@ -19,7 +20,7 @@ from tests.waits import until
 
 __all__ = ["LockWaits"]
 
-_WAITING = sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+_WAITING = sa.text("SELECT count(*) FROM pg_locks WHERE NOT granted")
 
 
 class LockWaits:

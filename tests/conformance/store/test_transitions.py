@@ -32,11 +32,11 @@ from cairn.store.jobs import Job, _move, claim_job, complete_job, enqueue_job, p
 from cairn.store.sessions import SessionRecord, get_session, insert_session, transition_session, update_session
 from cairn.store.tables import items, jobs, sessions, turns
 from cairn.store.turns import TurnRecord, get_turn, insert_turn, transition_turn, update_turn
+from tests.lock_waits import LockWaits
 
 pytestmark = pytest.mark.anyio
 
 S = TypeVar("S", SessionStatus, TurnStatus, ItemStatus, JobStatus)
-_WAIT_S = 10.0
 
 
 class _NoSQL:
@@ -233,53 +233,36 @@ async def test_generic_updates_refuse_to_write_a_status(db: Database) -> None:
             )
 
 
-async def _until_a_writer_waits_on_a_lock(db: Database) -> None:
-    """PostgreSQL: wait until another transaction of this database is blocked on a row lock."""
-    query = sa.text(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-    )
-    with anyio.fail_after(_WAIT_S):
-        while True:
-            async with db.read() as conn:
-                if (await conn.execute(query)).scalar_one() > 0:
-                    return
-            await anyio.sleep(0.01)
-
-
 @pytest.mark.parametrize("first", [TurnStatus.COMPLETED, TurnStatus.CANCELLED])
 async def test_two_writers_moving_one_turn_at_once_exactly_one_wins(db: Database, first: TurnStatus) -> None:
     """Both writers read the turn in progress; one completes it, the other cancels it. The first
-    to write holds its transaction open until the second is writing too (PostgreSQL: blocked on
-    the row; SQLite: waiting for the write lock), then commits; the second must lose."""
+    to write holds its transaction open until the second waits for it (PostgreSQL: on the row;
+    SQLite: for the write lock), then commits; the second must lose."""
     second = TurnStatus.CANCELLED if first == TurnStatus.COMPLETED else TurnStatus.COMPLETED
     session = await _new_session(db)
     queued = await _new_turn(db, session.id)
     async with db.write() as conn:
         turn = await transition_turn(conn, queued, TurnStatus.IN_PROGRESS, lease_token=1)
     first_wrote = anyio.Event()
-    second_started = anyio.Event()
     outcomes: dict[TurnStatus, str] = {}
 
-    async def writer(to: TurnStatus) -> None:
+    async def writer(to: TurnStatus, waits: LockWaits) -> None:
         try:
             if to == second:
                 await first_wrote.wait()
-                second_started.set()
             async with db.write() as conn:
                 await transition_turn(conn, turn, to, completed_at=time.time(), lease_token=None)
                 if to == first:
                     first_wrote.set()
-                    await second_started.wait()
-                    if not db.is_sqlite:
-                        await _until_a_writer_waits_on_a_lock(db)
+                    await waits.until_another_waits(db, f"the writer moving the turn to {second} to wait for the lock")
             outcomes[to] = "won"
         except StatusConflictError:
             outcomes[to] = "lost"
 
-    with anyio.fail_after(_WAIT_S):
+    with LockWaits() as waits:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(writer, second)
-            tg.start_soon(writer, first)
+            tg.start_soon(writer, second, waits)
+            tg.start_soon(writer, first, waits)
     assert outcomes == {first: "won", second: "lost"}
     assert await _status(db, turns, turns.c.id == turn.id) == first
 
