@@ -42,13 +42,29 @@ async def _suspend(rt: Runtime, session_id: str) -> None:
 
 
 async def suspend_idle_sessions(rt: Runtime) -> None:
-    """Suspend this process's live workspaces whose sessions have been idle long enough."""
+    """Suspend this process's live workspaces whose sessions have been idle long enough.
+
+    One session's failure is logged and the others still go: a workspace that cannot be
+    persisted must not keep every other from being suspended (issue 19).
+    """
     deadline = time.time() - rt.settings.idle_stop_s
     for session_id in rt.environments.live_sessions():
-        async with rt.db.read() as conn:
-            session = await get_session(conn, session_id)
+        try:
+            async with rt.db.read() as conn:
+                session = await get_session(conn, session_id)
+        except Exception:
+            log.exception("reading session %s to suspend it failed", session_id)
+            continue
         if session is not None and session.status == SessionStatus.IDLE and session.last_active_at <= deadline:
-            await _suspend(rt, session_id)
+            await _suspend_best_effort(rt, session_id)
+
+
+async def _suspend_best_effort(rt: Runtime, session_id: str) -> None:
+    """`_suspend`, with an unexpected failure logged instead of raised, so the next goes on."""
+    try:
+        await _suspend(rt, session_id)
+    except Exception:
+        log.exception("suspending the workspace of %s failed", session_id)
 
 
 def idle_check_interval_s(rt: Runtime) -> float:
@@ -59,7 +75,7 @@ def idle_check_interval_s(rt: Runtime) -> float:
 async def persist_all_workspaces(rt: Runtime) -> None:
     """On shutdown: persist every live workspace (shield the caller from cancellation)."""
     for session_id in rt.environments.live_sessions():
-        await _suspend(rt, session_id)
+        await _suspend_best_effort(rt, session_id)
 
 
 async def apply_snapshot_retention(rt: Runtime) -> None:
@@ -72,6 +88,10 @@ async def apply_snapshot_retention(rt: Runtime) -> None:
             report = await rt.environments.snapshots.gc(tenant, retention)
         except CairnError as exc:
             log.warning("snapshot garbage collection for tenant %s failed: %s", tenant, exc.message)
+            continue
+        except Exception:
+            # One tenant's failure must not keep the others' retention from running.
+            log.exception("snapshot garbage collection for tenant %s failed", tenant)
             continue
         if report.snapshots_deleted or report.packs_deleted:
             log.info("snapshot gc for %s: %s", tenant, report)

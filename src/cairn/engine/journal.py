@@ -3,8 +3,14 @@
 A `Journal.transaction` gathers the events a change emits and appends them to the log in
 the same database transaction (design invariant 1: durable before sent); the committed
 records are handed to this process's subscribers only after the commit. A worker running
-a turn fences each of its transactions with its lease token as the transaction's first
-statement (`cairn.engine.turn`), so a worker that lost its lease cannot write (style: storage).
+a turn fences each of its transactions with its lease token (`cairn.engine.loop`), so a
+worker that lost its lease cannot write (style: storage).
+
+Every transaction of a session takes the session row's lock first. Appending events writes
+that row anyway, at the end; taking it at the start orders all of a session's writers the
+same way, so on PostgreSQL a worker that fenced its turn row cannot deadlock with a request
+that locked the session and then touches the turn (a cancel), and a worker that ends a turn
+sees every turn queued before it (or the request queuing one sees the turn ended).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from cairn.store.db import Connection
 from cairn.engine.notifier import Notifier
 from cairn.store.db import Database
 from cairn.store.events import EventRecord, append_events
+from cairn.store.sessions import lock_session
 
 __all__ = ["JOBS_TOPIC", "SESSION_TOPIC", "Journal", "Transaction", "wake_on_topic"]
 
@@ -55,6 +62,7 @@ class Journal:
     @asynccontextmanager
     async def transaction(self, session_id: str) -> AsyncIterator[Transaction]:
         async with self.db.write() as conn:
+            await lock_session(conn, session_id)
             tx = Transaction(conn=conn, session_id=session_id)
             yield tx
             tx.appended = await append_events(conn, session_id, tx.pending)

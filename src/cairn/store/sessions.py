@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from cairn.errors import CairnMisuseError, InvalidRequestError, StatusConflictError
 from cairn.states import SESSION_TRANSITIONS, EnvironmentStatus, SessionStatus
 from cairn.store.db import Connection
+from cairn.store.prepared import Prepared
 from cairn.store.pages import Order, Page, fetch_page
 from cairn.store.required_actions import RequiredAction, actions_of
 from cairn.store.tables import api_keys, sessions
@@ -33,6 +34,7 @@ __all__ = [
     "insert_session",
     "list_sessions",
     "list_tenants",
+    "lock_session",
     "set_environment_status",
     "transition_session",
     "update_session",
@@ -93,6 +95,16 @@ async def _one(conn: Connection, row: sa.Row[Any]) -> SessionRecord:
 async def insert_session(conn: Connection, record: SessionRecord) -> None:
     SESSION_TRANSITIONS.check_initial(record.status)
     await conn.execute(sa.insert(sessions).values(**{f: getattr(record, f) for f in _COLUMNS}))
+
+
+_LOCK = Prepared(sa.select(sessions.c.id).where(sessions.c.id == sa.bindparam("sid")).with_for_update())
+
+
+async def lock_session(conn: Connection, session_id: str) -> None:
+    """Take the session row's lock for the rest of the transaction (PostgreSQL; SQLite's
+    `BEGIN IMMEDIATE` already holds the whole database)."""
+    if conn.dialect.name != "sqlite":
+        await _LOCK.execute(conn, {"sid": session_id})
 
 
 async def get_session(
