@@ -17,6 +17,7 @@ is recorded before it runs, its result after). Prints medians.
 
 from __future__ import annotations
 
+import base64
 import argparse
 import json
 import os
@@ -40,6 +41,11 @@ from cairn.store.migrate import upgrade
 from cairn.testing.postgres import ThrowawayPostgres
 
 NOTE = "a small file the tool reads\n"
+# The workspace is made, with its inline files, by the worker that first runs a turn.
+NOTE_ENVIRONMENT = {
+    "type": "openai_hosted",
+    "files": [{"type": "inline", "data": base64.b64encode(NOTE.encode()).decode(), "path": "/workspace/note.txt"}],
+}
 ARGUMENTS = {"read_file": {"path": "note.txt"}, "write_file": {"path": "out.txt", "content": NOTE}}
 
 
@@ -57,9 +63,8 @@ async def cairn_turn(steps: int, tool: str, root: Path, database_url: str | None
     service = SessionService(runtime)
     message = {"role": "user", "content": [{"type": "input_text", "text": "go"}]}
     created = await service.create(
-        "bench", {"agent": {"model": "scripted:bench"}, "environment": {"type": "openai_hosted"}, "input": [message]}
+        "bench", {"agent": {"model": "scripted:bench"}, "environment": NOTE_ENVIRONMENT, "input": [message]}
     )
-    (runtime.environments.workspace_of(created.session.id) / "note.txt").write_text(NOTE)
     job = await claim_job(db, owner="bench", lease_s=300)
     assert job is not None
     started = time.perf_counter()

@@ -66,7 +66,7 @@ def build_runtime(settings: Settings, db: Database) -> Runtime:
         journal=Journal(db, notifier),
         sandbox=sandbox,
         blobs=BlobStore(settings.blobs_dir),
-        environments=Environments(settings.workspaces_dir, sandbox, build_snapshot_store(settings)),
+        environments=Environments(settings.workspaces_dir, sandbox, build_snapshot_store(settings), db),
         resolve_model=partial(resolve_model, settings=settings),
         check_model=partial(check_model_name, settings=settings),
     )

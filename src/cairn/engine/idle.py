@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable
 
 
 from cairn.engine.events import environment_event
@@ -55,16 +56,19 @@ async def suspend_idle_sessions(rt: Runtime) -> None:
         except Exception:
             log.exception("reading session %s to suspend it failed", session_id)
             continue
-        if session is not None and session.status == SessionStatus.IDLE and session.last_active_at <= deadline:
-            await _suspend_best_effort(rt, session_id)
+        if session is None:
+            # Deleted: a removal job removes its files; this process only lets go of them.
+            await _best_effort("releasing the workspace of deleted session", session_id, rt.environments.forget(session_id))
+        elif session.status == SessionStatus.IDLE and session.last_active_at <= deadline:
+            await _best_effort("suspending the workspace of", session_id, _suspend(rt, session_id))
 
 
-async def _suspend_best_effort(rt: Runtime, session_id: str) -> None:
-    """`_suspend`, with an unexpected failure logged instead of raised, so the next goes on."""
+async def _best_effort(action: str, session_id: str, work: Awaitable[None]) -> None:
+    """Await `work`, logging an unexpected failure instead of raising it, so the next session goes on."""
     try:
-        await _suspend(rt, session_id)
+        await work
     except Exception:
-        log.exception("suspending the workspace of %s failed", session_id)
+        log.exception("%s %s failed", action, session_id)
 
 
 def idle_check_interval_s(rt: Runtime) -> float:
@@ -75,7 +79,7 @@ def idle_check_interval_s(rt: Runtime) -> float:
 async def persist_all_workspaces(rt: Runtime) -> None:
     """On shutdown: persist every live workspace (shield the caller from cancellation)."""
     for session_id in rt.environments.live_sessions():
-        await _suspend_best_effort(rt, session_id)
+        await _best_effort("persisting the workspace of", session_id, _suspend(rt, session_id))
 
 
 async def apply_snapshot_retention(rt: Runtime) -> None:

@@ -22,9 +22,28 @@ from cairn.store.required_actions import drop_required_actions
 from cairn.store.sessions import SessionRecord, get_session, transition_session, update_session
 from cairn.store.turns import TurnRecord, next_queued_turn, transition_turn
 
-__all__ = ["RUN_TURN", "add_call_output", "advance_session", "close_open_item", "close_turn", "interrupt_open_items", "queue_turn_job", "set_session_status"]
+__all__ = [
+    "REMOVE_WORKSPACE",
+    "RUN_TURN",
+    "add_call_output",
+    "advance_session",
+    "close_open_item",
+    "close_turn",
+    "interrupt_open_items",
+    "queue_turn_job",
+    "queue_workspace_removal",
+    "set_session_status",
+]
 
 RUN_TURN = "run_turn"
+# Remove a deleted session's workspace and snapshots, on a worker (payload: the tenant).
+REMOVE_WORKSPACE = "remove_workspace"
+
+
+async def queue_workspace_removal(tx: Transaction, tenant: str, session_id: str) -> None:
+    """Queue the removal of a deleted session's workspace and snapshots, in its delete's transaction."""
+    if await enqueue_job(tx.conn, kind=REMOVE_WORKSPACE, session_id=session_id, turn_id=None, payload={"tenant": tenant}):
+        tx.jobs_queued = True
 
 
 async def queue_turn_job(tx: Transaction, turn: TurnRecord) -> None:

@@ -16,13 +16,14 @@ from typing import Any
 from cairn.engine.environment import decode_inline_files
 from cairn.engine.events import environment_event, session_event, turn_event
 from cairn.engine.journal import Transaction
-from cairn.engine.lifecycle import add_call_output, close_turn, queue_turn_job, set_session_status
+from cairn.engine.lifecycle import queue_workspace_removal, add_call_output, close_turn, queue_turn_job, set_session_status
 from cairn.engine.runtime import Runtime
 from cairn.engine.tools import WORKSPACE_TOOL_NAMES
 from cairn.errors import ConflictError, InvalidRequestError, NotFoundError
 from cairn.ids import new_environment_id, new_session_id, new_turn_id
 from cairn.sandbox.base import SandboxBackend
 from cairn.states import EnvironmentStatus, ItemStatus, SessionStatus, TurnStatus
+from cairn.store.session_files import insert_session_files
 from cairn.store.idempotency import record_idempotency_key
 from cairn.store.items import pending_client_calls, transition_item
 from cairn.store.required_actions import resolve_required_action
@@ -116,23 +117,20 @@ class SessionService:
             review=body.get("review"),
             spend_control=body.get("spend_control"),
         )
-        try:
+        # The workspace itself is made by the worker that first runs a turn of the session,
+        # from the files stored here (docs/workers.md): this process may not be that machine.
+        async with self.rt.journal.transaction(session_id) as tx:
+            await insert_session(tx.conn, record)
+            await insert_session_files(tx.conn, session_id, inline_files)
+            tx.emit(session_event("created", record))
             if environment["type"] != "none":
-                await self.rt.environments.create(session_id, inline_files)
-            async with self.rt.journal.transaction(session_id) as tx:
-                await insert_session(tx.conn, record)
-                tx.emit(session_event("created", record))
-                if environment["type"] != "none":
-                    tx.emit(environment_event("pending", record, status="pending"))
-                    tx.emit(environment_event("ready", record, status="ready"))
-                turn_id = None
-                if body.get("input"):
-                    turn_id = (await self._queue_message(tx, record, body["input"])).id
-                session = await get_session(tx.conn, session_id)
-                assert session is not None
-        except BaseException:
-            await self.rt.environments.remove(tenant, session_id)
-            raise
+                tx.emit(environment_event("pending", record, status="pending"))
+                tx.emit(environment_event("ready", record, status="ready"))
+            turn_id = None
+            if body.get("input"):
+                turn_id = (await self._queue_message(tx, record, body["input"])).id
+            session = await get_session(tx.conn, session_id)
+            assert session is not None
         return CreatedSession(session=session, first_event_seq=tx.appended[0].seq, turn_id=turn_id)
 
     async def update(self, tenant: str, session_id: str, body: Mapping[str, Any]) -> SessionRecord:
@@ -164,8 +162,9 @@ class SessionService:
                     context={"retry_after_ms": _DELETE_RETRY_AFTER_MS},
                 )
             await delete_session(tx.conn, session_id)
+            # Its workspace and snapshots go where workspaces live: on a worker.
+            await queue_workspace_removal(tx, tenant, session_id)
         self.rt.notifier.session_changed(session_id)
-        await self.rt.environments.remove(tenant, session_id)
 
     # -- input events -----------------------------------------------------------------
 

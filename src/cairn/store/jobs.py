@@ -18,7 +18,9 @@ Every status write is built by `_move`, which checks the move against
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -52,9 +54,12 @@ class Job:
     turn_id: str | None
     attempts: int
     lease_token: int
+    payload: Mapping[str, Any] | None = None
 
 
-async def enqueue_job(conn: Connection, *, kind: str, session_id: str, turn_id: str | None) -> bool:
+async def enqueue_job(
+    conn: Connection, *, kind: str, session_id: str, turn_id: str | None, payload: Mapping[str, Any] | None = None
+) -> bool:
     """Queue a job unless the same work is already queued or running; True if queued."""
     duplicate = sa.select(jobs.c.id).where(
         jobs.c.kind == kind,
@@ -66,7 +71,7 @@ async def enqueue_job(conn: Connection, *, kind: str, session_id: str, turn_id: 
         return False
     await conn.execute(
         sa.insert(jobs).values(
-            kind=kind, session_id=session_id, turn_id=turn_id, status=JobStatus.QUEUED, created_at=time.time()
+            kind=kind, session_id=session_id, turn_id=turn_id, status=JobStatus.QUEUED, payload=payload, created_at=time.time()
         )
     )
     return True
@@ -121,7 +126,9 @@ async def claim_job(db: Database, *, owner: str, lease_s: float) -> Job | None:
                 lease_owner=owner,
                 lease_expires_at=db.now() + lease_s,
             )
-            .returning(jobs.c.id, jobs.c.kind, jobs.c.session_id, jobs.c.turn_id, jobs.c.attempts, jobs.c.lease_token)
+            .returning(
+                jobs.c.id, jobs.c.kind, jobs.c.session_id, jobs.c.turn_id, jobs.c.attempts, jobs.c.lease_token, jobs.c.payload
+            )
         )
         row = (await conn.execute(stmt)).first()
         return Job(**row._asdict()) if row is not None else None

@@ -17,6 +17,7 @@ __all__ = [
     "jobs",
     "metadata",
     "required_actions",
+    "session_files",
     "sessions",
     "turns",
 ]
@@ -166,6 +167,17 @@ idempotency_keys = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
 )
 
+# A session's inline files (`environment.files`), kept until the worker that first runs one of
+# its turns writes them into a fresh workspace: the API process never holds a workspace.
+session_files = sa.Table(
+    "session_files",
+    metadata,
+    sa.Column("session_id", sa.String(64), sa.ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("position", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("path", sa.Text, nullable=False),
+    sa.Column("data", sa.LargeBinary, nullable=False),
+)
+
 jobs = sa.Table(
     "jobs",
     metadata,
@@ -181,6 +193,8 @@ jobs = sa.Table(
     sa.Column("lease_expires_at", sa.Float, nullable=True),
     # A queued job is not claimed before this time (database clock): backoff after a crash.
     sa.Column("run_after", sa.Float, nullable=True),
+    # What a job needs beyond its session and turn (e.g. the tenant of a deleted session).
+    sa.Column("payload", sa.JSON, nullable=True),
     sa.Column("last_error", sa.Text, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Index("ix_jobs_status_id", "status", "id"),

@@ -14,10 +14,10 @@ from cairn.engine.lifecycle import close_turn
 from cairn.engine.runtime import Runtime
 from cairn.engine.turn import TurnRunner
 from cairn.states import TurnStatus
-from cairn.store.jobs import Job, park_job
+from cairn.store.jobs import Job, complete_job, park_job
 from cairn.store.turns import get_turn
 
-__all__ = ["JobHandler", "TurnJobHandler"]
+__all__ = ["JobHandler", "TurnJobHandler", "WorkspaceRemovalHandler"]
 
 log = logging.getLogger(__name__)
 
@@ -53,3 +53,21 @@ class TurnJobHandler:
             log.exception("job %d: failing its turn failed too; parking the job alone", job.id)
             async with self.rt.db.write() as conn:
                 await park_job(conn, job, error=error)
+
+
+class WorkspaceRemovalHandler:
+    """`remove_workspace` jobs: a deleted session's workspace and snapshots go, on a worker."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+
+    async def run(self, job: Job) -> None:
+        tenant = str((job.payload or {})["tenant"])
+        await self.rt.environments.remove(tenant, job.session_id)
+        async with self.rt.db.write() as conn:
+            await complete_job(conn, job)
+
+    async def give_up(self, job: Job, reason: str, error: str) -> None:
+        # Nothing waits on a removal: its files stay until an operator looks at the parked job.
+        async with self.rt.db.write() as conn:
+            await park_job(conn, job, error=error)

@@ -19,10 +19,10 @@ import socket
 
 import anyio
 
-from cairn.engine.lifecycle import RUN_TURN
+from cairn.engine.lifecycle import REMOVE_WORKSPACE, RUN_TURN
 from cairn.engine.runtime import Runtime
 from cairn.store.jobs import Job, claim_job, park_job, release_job, renew_lease, retry_job
-from cairn.worker.handlers import JobHandler, TurnJobHandler
+from cairn.worker.handlers import JobHandler, TurnJobHandler, WorkspaceRemovalHandler
 
 __all__ = ["Worker"]
 
@@ -43,7 +43,10 @@ class Worker:
         self.rt = runtime
         self.concurrency = concurrency
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        self.handlers: dict[str, JobHandler] = {RUN_TURN: TurnJobHandler(runtime)}
+        self.handlers: dict[str, JobHandler] = {
+            RUN_TURN: TurnJobHandler(runtime),
+            REMOVE_WORKSPACE: WorkspaceRemovalHandler(runtime),
+        }
         self._slots = anyio.Semaphore(concurrency)
         self._draining = anyio.Event()
         self._running = 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable
@@ -22,6 +23,11 @@ from cairn.store.turns import get_turn
 pytestmark = pytest.mark.anyio
 
 NOTE = "a small note\n"
+# The workspace is made, with its inline files, by the worker that first runs a turn.
+NOTE_ENVIRONMENT = {
+    "type": "openai_hosted",
+    "files": [{"type": "inline", "data": base64.b64encode(NOTE.encode()).decode(), "path": "/workspace/note.txt"}],
+}
 
 
 def _read(path: str) -> dict[str, Any]:
@@ -36,10 +42,9 @@ async def _run_turn(runtime: Runtime, steps: list[dict[str, Any]]) -> tuple[str,
     service = SessionService(runtime)
     message = {"role": "user", "content": [{"type": "input_text", "text": "go"}]}
     created = await service.create(
-        "t1", {"agent": {"model": "scripted:test"}, "environment": {"type": "openai_hosted"}, "input": [message]}
+        "t1", {"agent": {"model": "scripted:test"}, "environment": NOTE_ENVIRONMENT, "input": [message]}
     )
     session_id = created.session.id
-    (runtime.environments.workspace_of(session_id) / "note.txt").write_text(NOTE)
     job = await claim_job(runtime.db, owner="test", lease_s=300)
     assert job is not None
     with runtime.notifier.subscribe(session_id) as subscription:
