@@ -33,8 +33,8 @@ import anyio
 
 from cairn.bootstrap import build_runtime
 from cairn.config import Settings
+from cairn.engine.loop import TurnRunner
 from cairn.engine.sessions import SessionService
-from cairn.engine.turn import TurnRunner
 from cairn.store.db import Database
 from cairn.store.jobs import claim_job
 from cairn.store.migrate import upgrade

@@ -12,6 +12,7 @@ from cairn.store.turns import TurnRecord
 
 __all__ = [
     "agent_id_of",
+    "command_output_delta",
     "environment_event",
     "item_event",
     "session_event",
@@ -61,6 +62,18 @@ def text_part_event(kind: str, item: ItemRecord, output_index: int, **fields: An
         "output_index": output_index,
         "content_index": 0,
         **fields,
+    }
+
+
+def command_output_delta(item: ItemRecord, text: str) -> dict[str, Any]:
+    """A piece of a running command's output, streamed before the command's item is done."""
+    return {
+        "type": "agent.output.command_execution_output.delta",
+        "session_id": item.session_id,
+        "turn_id": item.turn_id,
+        "item_id": item.id,
+        "output_index": item.output_index,
+        "delta": text,
     }
 
 

@@ -3,7 +3,7 @@
 A `Journal.transaction` gathers the events a change emits and appends them to the log in
 the same database transaction (design invariant 1: durable before sent); the committed
 records are handed to this process's subscribers only after the commit. A worker running
-a turn fences each of its transactions with its lease token (`cairn.engine.loop`), so a
+a turn fences each of its transactions with its lease token (`cairn.engine.loop.recorder`), so a
 worker that lost its lease cannot write (style: storage).
 
 Every transaction of a session takes the session row's lock first. Appending events writes

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cairn.blobs import BlobStore
 from cairn.config import Settings
 from cairn.engine.environment import Environments
 from cairn.engine.journal import Journal
 from cairn.engine.notifier import Notifier
+from cairn.engine.tools.build import ToolPolicies
 from cairn.models.base import Model
 from cairn.sandbox.base import SandboxBackend
 from cairn.store.db import Database
@@ -29,3 +30,5 @@ class Runtime:
     resolve_model: Callable[[str], Model]
     # Validates a model name without creating the model (session create and update).
     check_model: Callable[[str], None]
+    # What the tool pipeline's gate and reserve stages ask; by default every call runs.
+    tool_policies: ToolPolicies = field(default_factory=ToolPolicies)

@@ -11,8 +11,8 @@ import logging
 from typing import Protocol
 
 from cairn.engine.lifecycle import close_turn
+from cairn.engine.loop import TurnRunner
 from cairn.engine.runtime import Runtime
-from cairn.engine.turn import TurnRunner
 from cairn.states import TurnStatus
 from cairn.store.jobs import Job, complete_job, park_job
 from cairn.store.turns import get_turn

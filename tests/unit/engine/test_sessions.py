@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from cairn.engine.loop import TurnRunner
 from cairn.engine.runtime import Runtime
 from cairn.engine.sessions import SessionService
-from cairn.engine.turn import TurnRunner
 from cairn.engine.wire import render_session
 from cairn.errors import SandboxError
 from cairn.snapshots import StartResult

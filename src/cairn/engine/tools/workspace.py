@@ -1,42 +1,43 @@
-"""The built-in workspace tools: their schemas for the model and their execution.
+"""The built-in file tools and the schemas of every built-in workspace tool.
 
-`shell` runs in the sandbox; `read_file`, `write_file` and `apply_patch` work on the
-workspace through `WorkspaceFiles`, which refuses any path outside `/workspace`. A bad
-argument or a refused path is a tool error the model sees, never a turn failure.
+`read_file`, `write_file` and `apply_patch` work on the workspace from the host through
+`WorkspaceFiles`, which refuses any path outside `/workspace`; `shell` runs in the sandbox
+(`cairn.engine.tools.shell`). A bad argument or a refused path is a tool error the model
+sees, never a turn failure.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cairn._concurrency import run_sync
-from cairn.engine.patch import apply_hunks, parse_patch
+from cairn.engine.tools.base import Tool, ToolArgumentError, ToolContext, ToolResult
+from cairn.engine.tools.patch import apply_hunks, parse_patch
 from cairn.engine.workspace_files import WorkspaceFiles, workspace_relative
 from cairn.errors import InvalidRequestError
 from cairn.models.base import ToolSpec
 
 __all__ = [
     "MAX_READ_BYTES",
+    "FileTool",
     "ShellArguments",
     "WORKSPACE_TOOL_NAMES",
-    "is_read_only_tool",
+    "file_tools",
     "parse_shell_arguments",
+    "parse_workspace_arguments",
     "run_file_tool",
+    "workspace_tool_spec",
     "workspace_tool_specs",
 ]
 
 MAX_READ_BYTES = 256 * 1024
 _INLINE_WRITE_BYTES = 256 * 1024
 MAX_TIMEOUT_MS = 3_600_000
-
-
-class ToolArgumentError(InvalidRequestError):
-    default_code = "invalid_tool_arguments"
 
 
 class _Args(BaseModel):
@@ -93,18 +94,18 @@ def _schema(model: type[_Args]) -> dict[str, Any]:
     return schema
 
 
+def workspace_tool_spec(name: str) -> ToolSpec:
+    """The spec of one built-in tool, with its own copy of the schema (a turn may keep it)."""
+    model, description = _SCHEMAS[name]
+    return ToolSpec(name=name, description=description, parameters=copy.deepcopy(_schema(model)), kind="workspace")
+
+
 def workspace_tool_specs() -> list[ToolSpec]:
-    return [
-        ToolSpec(name=n, description=d, parameters=copy.deepcopy(_schema(m)), kind="workspace") for n, (m, d) in _SCHEMAS.items()
-    ]
+    return [workspace_tool_spec(name) for name in _SCHEMAS]
 
 
-def is_read_only_tool(name: str) -> bool:
-    """Safe to run again after a crash, because it changes nothing."""
-    return name == "read_file"
-
-
-def _parse(name: str, arguments: Mapping[str, Any]) -> _Args:
+def parse_workspace_arguments(name: str, arguments: Mapping[str, Any]) -> Any:
+    """Validate a built-in tool's arguments; raises `ToolArgumentError` naming every problem."""
     model = _SCHEMAS[name][0]
     try:
         return model.model_validate(dict(arguments))
@@ -114,20 +115,22 @@ def _parse(name: str, arguments: Mapping[str, Any]) -> _Args:
 
 
 def parse_shell_arguments(arguments: Mapping[str, Any]) -> ShellArguments:
-    parsed = _parse("shell", arguments)
+    parsed = parse_workspace_arguments("shell", arguments)
     assert isinstance(parsed, ShellArguments)
     return parsed
 
 
 async def run_file_tool(name: str, arguments: Mapping[str, Any], files: WorkspaceFiles) -> str:
-    """Run a file tool and return its output text; raises `InvalidRequestError` for tool errors.
+    """Run a file tool and return its output text; raises `InvalidRequestError` for tool errors."""
+    return await _run_parsed(parse_workspace_arguments(name, arguments), files)
 
-    Reads (at most `MAX_READ_BYTES`) and writes of up to `_INLINE_WRITE_BYTES` run on the event
+
+async def _run_parsed(parsed: _Args, files: WorkspaceFiles) -> str:
+    """Reads (at most `MAX_READ_BYTES`) and writes of up to `_INLINE_WRITE_BYTES` run on the event
     loop: on a local disk they take microseconds, a thread hop takes longer than the work
     (the same trade as SQLite's, `cairn.store.db`). Patches can touch large files and go to
     a worker thread.
     """
-    parsed = _parse(name, arguments)
     if isinstance(parsed, _ReadFile):
         data = files.read_bytes(parsed.path, max_bytes=MAX_READ_BYTES)
         try:
@@ -143,6 +146,29 @@ async def run_file_tool(name: str, arguments: Mapping[str, Any], files: Workspac
         return f"wrote {len(data)} bytes to /workspace/{workspace_relative(parsed.path)}"
     assert isinstance(parsed, _ApplyPatch)
     return await run_sync(_apply_patch, parsed.patch, files)
+
+
+class FileTool(Tool):
+    """`read_file`, `write_file` or `apply_patch` on the session's workspace."""
+
+    def __init__(self, name: str, files_of: Callable[[str], WorkspaceFiles]) -> None:
+        super().__init__(workspace_tool_spec(name))
+        self._files_of = files_of
+        self.is_read_only = name == "read_file"
+
+    def parse(self, arguments: Mapping[str, Any]) -> Any:
+        return parse_workspace_arguments(self.name, arguments)
+
+    async def execute(self, arguments: Any, ctx: ToolContext) -> ToolResult:
+        try:
+            return ToolResult(output=await _run_parsed(arguments, self._files_of(ctx.session.id)))
+        except InvalidRequestError as exc:
+            return ToolResult(error=exc.message)
+
+
+def file_tools(files_of: Callable[[str], WorkspaceFiles]) -> list[FileTool]:
+    """The file tools, reading and writing the workspace `files_of(session_id)` returns."""
+    return [FileTool(name, files_of) for name in _SCHEMAS if name != "shell"]
 
 
 def _apply_patch(patch: str, files: WorkspaceFiles) -> str:

@@ -1,5 +1,4 @@
-"""Turns the session's stored items into the model's input, and the agent's client
-function tools into tool specs.
+"""Turns the session's stored items into the model's input.
 
 The items are the conversation's only record (run state holds references, not copies).
 A command execution is shown to the model as a `shell` call and its output; output is
@@ -12,10 +11,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from cairn.models.base import FunctionCallInput, FunctionCallOutputInput, InputItem, MessageInput, ToolSpec
+from cairn.models.base import FunctionCallInput, FunctionCallOutputInput, InputItem, MessageInput
 from cairn.store.items import ItemRecord
 
-__all__ = ["client_tool_specs", "item_input"]
+__all__ = ["item_input"]
 
 _MODEL_OUTPUT_CHARS = 16_000
 
@@ -64,15 +63,3 @@ def item_input(item: ItemRecord) -> list[InputItem]:
         return [*call, FunctionCallOutputInput(call_id=str(item.call_id), output=_clip(f"{header}\n{data.get('output') or ''}"))]
     return []
 
-
-def client_tool_specs(agent: Mapping[str, Any]) -> list[ToolSpec]:
-    return [
-        ToolSpec(
-            name=str(tool["name"]),
-            description=str(tool.get("description") or ""),
-            parameters=tool.get("parameters") or {"type": "object", "properties": {}},
-            kind="client",
-        )
-        for tool in agent.get("tools") or []
-        if tool.get("type") == "function"
-    ]

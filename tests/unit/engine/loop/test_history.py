@@ -6,8 +6,8 @@ import dataclasses
 import itertools
 from typing import Any
 
-from cairn.engine.history import History
-from cairn.engine.model_input import client_tool_specs
+from cairn.engine.loop.history import History
+from cairn.engine.tools.client import client_tool_specs
 from cairn.models.base import FunctionCallInput, FunctionCallOutputInput, MessageInput
 from cairn.store.items import ItemRecord
 
@@ -59,12 +59,11 @@ def test_a_replaced_item_changes_the_model_input_and_the_open_calls() -> None:
     history = History([running, other_turn])
     running = dataclasses.replace(running, tool_kind="workspace")
     history.remember(running)
-    assert history.open_calls("t", "workspace") == [running]
-    assert history.open_calls("t", "client") == []
+    assert history.open_calls("t") == [running]  # the other turn's open call is not this turn's
     assert len(history.model_input()) == 2  # both calls, no output yet
 
     history.remember(dataclasses.replace(running, status="completed", data={**running.data, "output": "a\n", "exit_code": 0}))
-    assert history.open_calls("t", "workspace") == []
+    assert history.open_calls("t") == []
     assert history.model_input()[1] == FunctionCallOutputInput(call_id="c1", output="exit_code: 0\na\n")
     assert len(history.model_input()) == 3
 

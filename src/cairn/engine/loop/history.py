@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from cairn.engine.model_input import item_input
+from cairn.engine.loop.model_input import item_input
 from cairn.models.base import InputItem
 from cairn.store.items import ItemRecord
 
@@ -49,9 +49,9 @@ class History:
         else:
             self._open.pop(item.id, None)
 
-    def open_calls(self, turn_id: str, tool_kind: str) -> list[ItemRecord]:
-        """The turn's calls of `tool_kind` that are still in progress, oldest first."""
-        return [i for i in self._open.values() if i.turn_id == turn_id and i.tool_kind == tool_kind]
+    def open_calls(self, turn_id: str) -> list[ItemRecord]:
+        """The turn's tool calls that are still in progress, oldest first."""
+        return [i for i in self._open.values() if i.turn_id == turn_id and i.call_id is not None]
 
     def model_input(self) -> list[InputItem]:
         """The model's input for the next step (a copy the caller may keep)."""

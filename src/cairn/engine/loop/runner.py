@@ -1,0 +1,140 @@
+"""The agent loop: runs one turn for a claimed job until it completes, fails, is cancelled,
+or waits.
+
+First what the turn's last job left: after a crash, recovery closes what cannot run again;
+then the calls still open (held ones that were released, reads to run again, client calls)
+go through the pipeline. Then step after step (`Step`): if calls of a step are held, the
+turn waits (`cairn.engine.loop.waiting`) and the job ends; a step without calls completes
+the turn. Beside the steps run a watch for cancellation, which stops the step where it is,
+and the periodic flush of stream deltas. Every exit leaves the job completed, or leased to
+this worker until its lease runs out (a lost lease: another worker owns the turn now).
+"""
+
+from __future__ import annotations
+
+import logging
+import anyio
+
+from cairn.engine.artifacts import collect_outputs, record_outputs
+from cairn.engine.lifecycle import close_turn
+from cairn.engine.loop.begin import TurnStart, begin_turn
+from cairn.engine.loop.recorder import TurnRecorder
+from cairn.engine.loop.recovery import recover_open_items
+from cairn.engine.loop.step import Step
+from cairn.engine.loop.waiting import wait_for_holds
+from cairn.engine.runtime import Runtime
+from cairn.errors import CairnError, LeaseLostError, ModelError, StatusConflictError
+from cairn.states import TurnStatus
+from cairn.store.jobs import Job, complete_job
+from cairn.store.sessions import get_session
+from cairn.store.turns import get_turn
+
+__all__ = ["TurnRunner"]
+
+log = logging.getLogger(__name__)
+
+_FLUSH_INTERVAL_S = 0.05
+
+
+class TurnRunner:
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+
+    async def run(self, job: Job) -> None:
+        """Run the job's turn as far as it goes; every exit leaves the job completed or leased out."""
+        start = await begin_turn(self.rt, job)
+        if start is None:
+            return
+        recorder = TurnRecorder(self.rt.journal, job, start.session, start.turn, start.items)
+        step = Step.of_turn(self.rt, start, recorder)
+        try:
+            failure: Exception | None = None
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._watch_cancel, recorder.turn.id, scope)
+                    tg.start_soon(self._flush_deltas, recorder)
+                    # Caught here, not outside: a task group would wrap it in an ExceptionGroup.
+                    try:
+                        await self._drive(start, step)
+                    except Exception as exc:
+                        failure = exc
+                    tg.cancel_scope.cancel()
+            if failure is not None:
+                raise failure
+            if scope.cancelled_caught:
+                with anyio.CancelScope(shield=True):
+                    await self._finish(recorder, TurnStatus.CANCELLED)
+        except (LeaseLostError, StatusConflictError) as exc:
+            log.warning("turn %s: another writer owns it now (%s)", recorder.turn.id, exc)
+        except ModelError as exc:
+            with anyio.CancelScope(shield=True):
+                await self._finish(recorder, TurnStatus.FAILED, error={"code": exc.code, "message": exc.message})
+        except Exception as exc:
+            log.exception("turn %s failed", recorder.turn.id)
+            message = exc.message if isinstance(exc, CairnError) else f"internal error: {type(exc).__name__}"
+            with anyio.CancelScope(shield=True):
+                await self._finish(recorder, TurnStatus.FAILED, error={"code": "internal_error", "message": message})
+        finally:
+            await start.model.aclose()
+
+    async def _drive(self, start: TurnStart, step: Step) -> None:
+        recorder = step.recorder
+        if start.is_taken_over:
+            async with recorder.write() as tx:
+                for record in await recover_open_items(tx, recorder.turn, step.pipeline, step.call_in_flight):
+                    recorder.remember(record)
+        holds = await step.run_calls(recorder.open_calls())
+        while True:
+            if holds:
+                async with recorder.write() as tx:
+                    if await wait_for_holds(tx, recorder.job, recorder.turn, holds):
+                        return
+                    # The client answered while the other calls ran: take its results.
+                    await recorder.reload_history(tx)
+            outcome = await step.run()
+            if not outcome.has_calls:
+                await self._complete(recorder)
+                return
+            holds = outcome.holds
+
+    async def _complete(self, recorder: TurnRecorder) -> None:
+        async with self.rt.db.read() as conn:
+            session = await get_session(conn, recorder.session.id)
+        assert session is not None
+        outputs = []
+        if session.environment["type"] != "none":
+            outputs = await collect_outputs(self.rt.environments.files(session.id), self.rt.blobs, session)
+        async with recorder.write() as tx:
+            await record_outputs(tx.conn, session, recorder.turn.id, outputs)
+            await close_turn(tx, recorder.turn, TurnStatus.COMPLETED)
+            await complete_job(tx.conn, recorder.job)
+
+    async def _finish(self, recorder: TurnRecorder, status: TurnStatus, *, error: dict[str, str] | None = None) -> None:
+        try:
+            async with recorder.write() as tx:
+                await close_turn(tx, recorder.turn, status, error=error)
+                await complete_job(tx.conn, recorder.job)
+        except (LeaseLostError, StatusConflictError):
+            log.warning("turn %s: lease lost before it could be marked %s", recorder.turn.id, status)
+
+    async def _flush_deltas(self, recorder: TurnRecorder) -> None:
+        while True:
+            await anyio.sleep(_FLUSH_INTERVAL_S)
+            if not recorder.has_deltas:
+                continue
+            try:
+                # Shielded: deltas taken into a transaction must not be lost to a cancel.
+                with anyio.CancelScope(shield=True):
+                    async with recorder.write():
+                        pass
+            except LeaseLostError:
+                return  # the loop's next write raises it where it is handled
+
+    async def _watch_cancel(self, turn_id: str, scope: anyio.CancelScope) -> None:
+        while True:
+            async with self.rt.db.read() as conn:
+                turn = await get_turn(conn, turn_id)
+            if turn is None or turn.cancel_requested:
+                scope.cancel()
+                return
+            await anyio.sleep(self.rt.settings.poll_interval_s)
