@@ -1,4 +1,6 @@
-"""The engine's tests run it on a real SQLite database, with the default sandbox and scripted models."""
+"""The engine's fixtures: `runtime`, a runtime built by the composition root on a real SQLite
+database (default sandbox, scripted models); `engine`, a fresh data dir with a restartable
+runtime on it and a fake sandbox (`harness.EngineHarness`)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from cairn.config import Settings
 from cairn.engine.runtime import Runtime
 from cairn.store.db import Database
 from cairn.store.migrate import upgrade
+from tests.unit.engine.harness import EngineHarness
 
 
 @pytest.fixture
@@ -32,4 +35,18 @@ async def runtime() -> AsyncIterator[Runtime]:
         yield build_runtime(settings, db)
     finally:
         await db.dispose()
+        shutil.rmtree(root)
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[EngineHarness]:
+    # Under /tmp, not pytest's 0700 tree: a sandbox's account must reach the workspace.
+    root = Path(tempfile.mkdtemp(prefix="cairn-engine-"))
+    os.chmod(root, 0o711)
+    harness = EngineHarness(root)
+    await harness.open()
+    try:
+        yield harness
+    finally:
+        await harness.close()
         shutil.rmtree(root)
