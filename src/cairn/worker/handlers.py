@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
+import anyio
+
 from cairn.engine.lifecycle import close_turn
 from cairn.engine.loop import TurnRunner
 from cairn.engine.runtime import Runtime
@@ -23,8 +25,10 @@ log = logging.getLogger(__name__)
 
 
 class JobHandler(Protocol):
-    async def run(self, job: Job) -> None:
-        """Do the job; every normal exit leaves it completed (or released by a cancel)."""
+    async def run(self, job: Job, stopping: anyio.Event) -> None:
+        """Do the job; every normal exit leaves it completed or handed back. Once `stopping`
+        is set the worker drains: a handler that can stop early at a safe point hands the job
+        back there."""
 
     async def give_up(self, job: Job, reason: str, error: str) -> None:
         """Park the job for good with its last `error`, and end what waits on it saying `reason`."""
@@ -37,8 +41,8 @@ class TurnJobHandler:
         self.rt = runtime
         self.runner = TurnRunner(runtime)
 
-    async def run(self, job: Job) -> None:
-        await self.runner.run(job)
+    async def run(self, job: Job, stopping: anyio.Event) -> None:
+        await self.runner.run(job, stopping)
 
     async def give_up(self, job: Job, reason: str, error: str) -> None:
         try:
@@ -61,7 +65,7 @@ class WorkspaceRemovalHandler:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
 
-    async def run(self, job: Job) -> None:
+    async def run(self, job: Job, stopping: anyio.Event) -> None:
         tenant = str((job.payload or {})["tenant"])
         await self.rt.environments.remove(tenant, job.session_id)
         async with self.rt.db.write() as conn:

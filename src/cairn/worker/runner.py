@@ -116,7 +116,7 @@ class Worker:
             with anyio.CancelScope() as scope:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._keep_lease, job, scope, name=f"lease-{job.id}")
-                    await handler.run(job)
+                    await handler.run(job, self._draining)
                     tg.cancel_scope.cancel()
         except ExceptionGroup as group:
             # The lease task never raises: the one failure inside is the handler's own.

@@ -6,13 +6,16 @@ then the calls still open (held ones that were released, reads to run again, cli
 go through the pipeline. Then step after step (`Step`): if calls of a step are held, the
 turn waits (`cairn.engine.loop.waiting`) and the job ends; a step without calls completes
 the turn. Beside the steps run a watch for cancellation, which stops the step where it is,
-and the periodic flush of stream deltas. Every exit leaves the job completed, or leased to
-this worker until its lease runs out (a lost lease: another worker owns the turn now).
+and the periodic flush of stream deltas. A worker that drains (`stopping`) ends the turn's
+run at the next step boundary: the step is recorded, and the job is handed back at once for
+any worker to go on from the database. Every exit leaves the job completed, handed back, or
+leased to this worker until its lease runs out (a lost lease: another worker owns it now).
 """
 
 from __future__ import annotations
 
 import logging
+
 import anyio
 
 from cairn.engine.artifacts import collect_outputs, record_outputs
@@ -25,7 +28,7 @@ from cairn.engine.loop.waiting import wait_for_holds
 from cairn.engine.runtime import Runtime
 from cairn.errors import CairnError, LeaseLostError, ModelError, StatusConflictError
 from cairn.states import TurnStatus
-from cairn.store.jobs import Job, complete_job
+from cairn.store.jobs import Job, complete_job, release_job
 from cairn.store.sessions import get_session
 from cairn.store.turns import get_turn
 
@@ -40,8 +43,9 @@ class TurnRunner:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
 
-    async def run(self, job: Job) -> None:
-        """Run the job's turn as far as it goes; every exit leaves the job completed or leased out."""
+    async def run(self, job: Job, stopping: anyio.Event | None = None) -> None:
+        """Run the job's turn as far as it goes, or until `stopping` is set between two steps;
+        every exit leaves the job completed, handed back or leased out."""
         start = await begin_turn(self.rt, job)
         if start is None:
             return
@@ -55,7 +59,7 @@ class TurnRunner:
                     tg.start_soon(self._flush_deltas, recorder)
                     # Caught here, not outside: a task group would wrap it in an ExceptionGroup.
                     try:
-                        await self._drive(start, step)
+                        await self._drive(start, step, stopping)
                     except Exception as exc:
                         failure = exc
                     tg.cancel_scope.cancel()
@@ -77,7 +81,7 @@ class TurnRunner:
         finally:
             await start.model.aclose()
 
-    async def _drive(self, start: TurnStart, step: Step) -> None:
+    async def _drive(self, start: TurnStart, step: Step, stopping: anyio.Event | None) -> None:
         recorder = step.recorder
         if start.is_taken_over:
             async with recorder.write() as tx:
@@ -91,6 +95,11 @@ class TurnRunner:
                         return
                     # The client answered while the other calls ran: take its results.
                     await recorder.reload_history(tx)
+            if stopping is not None and stopping.is_set():
+                # Between two steps: everything done so far is recorded; the next worker goes on.
+                log.info("turn %s: handing its job back at a step boundary (draining)", recorder.turn.id)
+                await release_job(self.rt.db, recorder.job)
+                return
             outcome = await step.run()
             if not outcome.has_calls:
                 await self._complete(recorder)

@@ -10,6 +10,7 @@ import anyio
 import pytest
 import sqlalchemy as sa
 
+from cairn.engine.loop import TurnRunner
 from cairn.engine.runtime import Runtime
 from cairn.models.base import Model, ModelEvent, ModelRequest, ModelResponse, ToolCall
 from cairn.sandbox.base import ExecRequest, OutputSink
@@ -110,3 +111,35 @@ async def test_a_step_is_not_recorded_once_the_lease_is_lost(engine: EngineHarne
     assert [i.type for i in items] == ["message"]  # the user's input, nothing of the step
     assert turn.status == "in_progress" and turn.step == 0
     assert not any(call_events(b) for b in batches)
+
+
+async def test_a_draining_worker_hands_the_job_back_at_the_next_step_boundary(engine: EngineHarness) -> None:
+    engine.script([
+        {"call": "shell", "arguments": {"command": "first"}},
+        {"call": "shell", "arguments": {"command": "second"}},
+        {"say": "done"},
+    ])
+    session_id = await engine.create_session()
+    stopping = anyio.Event()
+
+    async def stop_after_the_first(request: ExecRequest, on_output: OutputSink) -> None:
+        stopping.set()  # the worker starts draining while the first step's command runs
+
+    engine.sandbox.on_exec = stop_after_the_first
+    job = await engine.claim()
+    await TurnRunner(engine.runtime).run(job, stopping)
+    [first] = engine.sandbox.commands
+    assert first.command == "first"  # the step that was running finished and was recorded
+    items = await engine.items(session_id)
+    turn = await engine.turn(items[0].turn_id)
+    assert turn.status == "in_progress" and turn.step == 1
+    assert [(i.type, i.status) for i in items if i.type == "command_execution"] == [("command_execution", "completed")]
+    # Handed back, not completed: the next worker claims it at once and finishes the turn.
+    engine.sandbox.on_exec = None
+    await engine.run_job()
+    assert [c.command for c in engine.sandbox.commands] == ["first", "second"]
+    assert (await engine.turn(turn.id)).status == "completed"
+    events = await engine.events(session_id)
+    assert [e["sequence_number"] for e in events] == list(range(1, len(events) + 1))
+    added = [e["item"]["id"] for e in events if e["type"] == "agent.session.turn.item.added"]
+    assert len(added) == len(set(added))
