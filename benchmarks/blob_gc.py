@@ -31,8 +31,8 @@ from pathlib import Path
 
 import anyio
 import sqlalchemy as sa
-
 from _loop_lag import idle_loop_lag_ms, with_loop_lag
+
 from cairn.blobs import BlobStore
 from cairn.engine.blob_gc import collect_blob_garbage
 from cairn.store.db import Database

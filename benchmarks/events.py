@@ -39,15 +39,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import asynccontextmanager
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import anyio
 
-from cairn.bootstrap import build_runtime
 from cairn.api.sse import event_stream, frame, sse_response
+from cairn.bootstrap import build_runtime
 from cairn.config import Settings
 from cairn.engine.journal import Journal
 from cairn.engine.notifier import Notifier

@@ -17,8 +17,8 @@ is recorded before it runs, its result after). Prints medians.
 
 from __future__ import annotations
 
-import base64
 import argparse
+import base64
 import json
 import os
 import shutil

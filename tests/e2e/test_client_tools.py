@@ -8,7 +8,6 @@ from typing import Any
 import httpx
 import openai
 import pytest
-
 from openai.lib.beta.agents._result import AgentTurnResultError
 
 from cairn.testing.server import CairnServer

@@ -3,9 +3,9 @@ databases: turn 1 writes and runs tree.py, turn 2 adds --max-depth and publishes
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import sys
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 

@@ -26,8 +26,8 @@ from cairn.ids import new_artifact_id
 from cairn.sandbox.base import WORKSPACE_MOUNT
 from cairn.store.artifacts import ArtifactRecord, insert_artifact
 from cairn.store.blob_locks import hold_publish_lock
-from cairn.store.sessions import SessionRecord, update_session
 from cairn.store.db import Connection
+from cairn.store.sessions import SessionRecord, update_session
 
 __all__ = ["OUTPUTS_DIR", "PublishedOutput", "collect_outputs", "record_outputs"]
 

@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
 
-
 from cairn._concurrency import run_sync
 from cairn.blobs import BlobFile, BlobStore
 from cairn.config import check_seconds

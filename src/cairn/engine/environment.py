@@ -29,8 +29,6 @@ from cairn.engine.artifacts import OUTPUTS_DIR
 from cairn.engine.workspace_files import WorkspaceFiles, workspace_relative
 from cairn.errors import InvalidRequestError
 from cairn.sandbox.base import WORKSPACE_MOUNT, SandboxBackend
-from cairn.store.db import Database
-from cairn.store.session_files import load_session_files
 from cairn.snapshots import (
     SnapshotScope,
     SnapshotStore,
@@ -39,6 +37,8 @@ from cairn.snapshots import (
     WorkspaceLifecycle,
     environment_manifest_digest,
 )
+from cairn.store.db import Database
+from cairn.store.session_files import load_session_files
 
 __all__ = ["Environments", "decode_inline_files"]
 

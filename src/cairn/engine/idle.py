@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Awaitable
 
-
 from cairn.engine.events import environment_event
 from cairn.engine.runtime import Runtime
 from cairn.errors import CairnError

@@ -20,10 +20,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from cairn.store.db import Connection
-
 from cairn.engine.notifier import Notifier
-from cairn.store.db import Database
+from cairn.store.db import Connection, Database
 from cairn.store.events import EventRecord, append_events
 from cairn.store.sessions import lock_session
 

@@ -16,19 +16,28 @@ from typing import Any
 from cairn.engine.environment import decode_inline_files
 from cairn.engine.events import environment_event, session_event, turn_event
 from cairn.engine.journal import Transaction
-from cairn.engine.lifecycle import queue_workspace_removal, add_call_output, close_turn, queue_turn_job, set_session_status
+from cairn.engine.lifecycle import add_call_output, close_turn, queue_turn_job, queue_workspace_removal, set_session_status
 from cairn.engine.runtime import Runtime
 from cairn.engine.tools import WORKSPACE_TOOL_NAMES
 from cairn.errors import ConflictError, InvalidRequestError, NotFoundError
 from cairn.ids import new_environment_id, new_session_id, new_turn_id
 from cairn.sandbox.base import SandboxBackend
 from cairn.states import EnvironmentStatus, ItemStatus, SessionStatus, TurnStatus
-from cairn.store.session_files import insert_session_files
 from cairn.store.idempotency import record_idempotency_key
 from cairn.store.items import pending_client_calls, transition_item
 from cairn.store.required_actions import resolve_required_action
+from cairn.store.session_files import insert_session_files
 from cairn.store.sessions import SessionRecord, allocate_turn_ordinal, delete_session, get_session, insert_session, update_session
-from cairn.store.turns import ACTIVE_STATUSES, TurnRecord, active_turn, get_turn, insert_turn, next_queued_turn, transition_turn, update_turn
+from cairn.store.turns import (
+    ACTIVE_STATUSES,
+    TurnRecord,
+    active_turn,
+    get_turn,
+    insert_turn,
+    next_queued_turn,
+    transition_turn,
+    update_turn,
+)
 
 __all__ = ["CreatedSession", "SessionService"]
 

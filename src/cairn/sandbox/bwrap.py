@@ -46,9 +46,9 @@ from cairn.sandbox._containment import Containment
 from cairn.sandbox._env import DEFAULT_PATH, ENV_ISOLATION, command_env
 from cairn.sandbox._launch import LaunchedBackend
 from cairn.sandbox._rootfs import (
-    ROOTFS_ISOLATION,
     ETC_READ_ONLY,
     HOSTNAME,
+    ROOTFS_ISOLATION,
     SANDBOX_HOME,
     SANDBOX_USER,
     generated_etc,

@@ -30,10 +30,10 @@ from cairn.errors import SandboxError
 from cairn.sandbox._account import SandboxAccount, resolve_sandbox_account
 from cairn.sandbox._cgroups import discover_cgroups
 from cairn.sandbox._containment import Containment
-from cairn.sandbox._launch import LaunchedBackend
-from cairn.sandbox._private_dir import private_dir
-from cairn.sandbox._launcher.landlock import SCOPING_ABI, abi_version
 from cairn.sandbox._env import ENV_ISOLATION, command_env
+from cairn.sandbox._launch import LaunchedBackend
+from cairn.sandbox._launcher.landlock import SCOPING_ABI, abi_version
+from cairn.sandbox._private_dir import private_dir
 from cairn.sandbox._rootfs import DEVICES, ETC_READ_ONLY, SANDBOX_USER, system_layout
 from cairn.sandbox.base import ExecRequest
 

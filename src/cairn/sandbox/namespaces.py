@@ -26,13 +26,13 @@ from cairn.sandbox._cgroups import discover_cgroups
 from cairn.sandbox._containment import Containment
 from cairn.sandbox._env import ENV_ISOLATION, command_env
 from cairn.sandbox._launch import LaunchedBackend
-from cairn.sandbox._private_dir import private_dir
 from cairn.sandbox._launcher.spec import WORKSPACE
+from cairn.sandbox._private_dir import private_dir
 from cairn.sandbox._rootfs import (
-    ROOTFS_ISOLATION,
     DEVICES,
     ETC_READ_ONLY,
     HOSTNAME,
+    ROOTFS_ISOLATION,
     SANDBOX_HOME,
     SANDBOX_USER,
     generated_etc,

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from cairn.workspace import WORKSPACE_MOUNT
 from cairn.snapshots.errors import InvalidExclusionError
+from cairn.workspace import WORKSPACE_MOUNT
 
 __all__ = ["Exclusions", "normalize_relative_path"]
 

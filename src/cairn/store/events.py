@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from cairn.store.db import Connection
 
+from cairn.store.db import Connection
 from cairn.store.prepared import Prepared
 from cairn.store.tables import events, sessions
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 
 import sqlalchemy as sa
-from cairn.store.db import Connection
 
 from cairn.errors import InvalidRequestError
+from cairn.store.db import Connection
 from cairn.store.tables import idempotency_keys
 
 __all__ = ["record_idempotency_key"]

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from cairn.store.db import Connection
 
 from cairn.errors import InvalidRequestError
+from cairn.store.db import Connection
 from cairn.store.tables import api_keys
 
 __all__ = ["ROLES", "KeyRecord", "create_key", "find_key", "hash_secret", "list_keys", "revoke_key"]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 import sqlalchemy as sa
+
 from cairn.store.db import Connection
 
 __all__ = ["Order", "Page", "fetch_page"]

@@ -21,8 +21,8 @@ import sqlalchemy as sa
 from cairn.errors import CairnMisuseError, InvalidRequestError, StatusConflictError
 from cairn.states import SESSION_TRANSITIONS, EnvironmentStatus, SessionStatus
 from cairn.store.db import Connection
-from cairn.store.prepared import Prepared
 from cairn.store.pages import Order, Page, fetch_page
+from cairn.store.prepared import Prepared
 from cairn.store.required_actions import RequiredAction, actions_of
 from cairn.store.tables import api_keys, sessions
 

@@ -27,8 +27,8 @@ from cairn.sandbox import (
     ResourceLimits,
     SandboxBackend,
     select_backend,
+    testing,
 )
-from cairn.sandbox import testing
 from cairn.sandbox.bwrap_sessions import detect_bwrap
 
 # bwrap's fallback form, forced: a fresh container for each command.

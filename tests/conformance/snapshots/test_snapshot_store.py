@@ -20,8 +20,8 @@ from cairn.snapshots import (
     SnapshotNotFoundError,
     SnapshotNotRestorableError,
     SnapshotScope,
+    layout,
 )
-from cairn.snapshots import layout
 from cairn.snapshots.testing import build_fidelity_workspace, describe_tree
 
 pytestmark = pytest.mark.anyio

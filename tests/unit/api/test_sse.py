@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
 import pytest
 
-from cairn.bootstrap import build_runtime
 from cairn.api.sse import KEEPALIVE, event_stream
+from cairn.bootstrap import build_runtime
 from cairn.config import Settings
 from cairn.engine.journal import Journal
 from cairn.engine.notifier import Notifier

@@ -26,9 +26,9 @@ from cairn.engine.loop.recorder import TurnRecorder
 from cairn.engine.notifier import Notifier
 from cairn.engine.runtime import Runtime
 from cairn.engine.sessions import SessionService
-from cairn.engine.wire import render_required_action
 from cairn.engine.tools import PROCEED, GatePolicy, Hold, ToolContext, ToolPolicies, Verdict
 from cairn.engine.tools.pipeline import CallInFlight
+from cairn.engine.wire import render_required_action
 from cairn.models.base import Model
 from cairn.models.registry import check_model_name, resolve_model
 from cairn.sandbox.base import ExecRequest, ExecResult, OutputSink, SandboxBackend

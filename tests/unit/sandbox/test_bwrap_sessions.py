@@ -24,12 +24,11 @@ import anyio
 import pytest
 
 from cairn.errors import SandboxError
-from cairn.sandbox import ExecRequest, ExecResult
+from cairn.sandbox import ExecRequest, ExecResult, testing
 from cairn.sandbox._cgroups import CgroupHost
 from cairn.sandbox.bwrap import PER_COMMAND, BwrapBackend
 from cairn.sandbox.bwrap_sessions import SessionBwrapBackend, detect_bwrap
 from cairn.sandbox.doctor import describe_host
-from cairn.sandbox import testing
 from cairn.sandbox.testing import host_processes_with
 from tests.waits import until
 

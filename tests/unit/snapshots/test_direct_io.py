@@ -17,11 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from cairn.snapshots import ContentAddressedSnapshotStore, LocalObjectStore, PersistRequest, SnapshotScope
-from cairn.snapshots.errors import SnapshotStoreUnavailableError
-from cairn.snapshots import _direct_io, local_objects
+from cairn.snapshots import (
+    ContentAddressedSnapshotStore,
+    LocalObjectStore,
+    PersistRequest,
+    SnapshotScope,
+    _direct_io,
+    local_objects,
+)
 from cairn.snapshots import persist as persist_module
 from cairn.snapshots._direct_io import ALIGNMENT, aligned_buffer, is_aligned
+from cairn.snapshots.errors import SnapshotStoreUnavailableError
 
 MIB = 1024 * 1024
 LARGE = local_objects.DIRECT_IO_MIN

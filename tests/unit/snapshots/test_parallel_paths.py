@@ -17,8 +17,8 @@ from cairn.snapshots import (
     PersistRequest,
     RestoreIncompleteError,
     SnapshotScope,
+    layout,
 )
-from cairn.snapshots import layout
 from cairn.snapshots import persist as persist_module
 from cairn.snapshots._parallel import run_tasks
 from cairn.snapshots.packs import PackWriter

@@ -16,8 +16,8 @@ from cairn.snapshots import (
     LocalObjectStore,
     RestoreIncompleteError,
     SnapshotScope,
+    layout,
 )
-from cairn.snapshots import layout
 from cairn.snapshots.models import RootMeta, SnapshotInfo, TreeEntry
 from cairn.snapshots.persist import encode_tree_entry
 

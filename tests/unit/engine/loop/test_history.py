@@ -11,7 +11,6 @@ from cairn.engine.tools.client import client_tool_specs
 from cairn.models.base import FunctionCallInput, FunctionCallOutputInput, MessageInput
 from cairn.store.items import ItemRecord
 
-
 _ids = itertools.count()
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.engine.tools.patch import apply_hunks, parse_patch
 from cairn.engine.tools import run_file_tool
+from cairn.engine.tools.patch import apply_hunks, parse_patch
 from cairn.engine.workspace_files import WorkspaceFiles
 from cairn.errors import InvalidRequestError
 

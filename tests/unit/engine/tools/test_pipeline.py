@@ -7,7 +7,18 @@ from typing import ClassVar
 
 import pytest
 
-from cairn.engine.tools import PROCEED, CallInFlight, Finish, Hold, Pipeline, Stage, ToolPolicies, ToolResult, Verdict, build_pipeline
+from cairn.engine.tools import (
+    PROCEED,
+    CallInFlight,
+    Finish,
+    Hold,
+    Pipeline,
+    Stage,
+    ToolPolicies,
+    ToolResult,
+    Verdict,
+    build_pipeline,
+)
 from cairn.engine.tools.pipeline import ResultRecorder
 from cairn.engine.tools.record import RecordStage
 from cairn.engine.tools.toolbox import Toolbox
