@@ -17,6 +17,7 @@ from cairn.engine.environment import decode_inline_files
 from cairn.engine.events import environment_event, session_event, turn_event
 from cairn.engine.journal import Transaction
 from cairn.engine.lifecycle import add_call_output, close_turn, queue_turn_job, queue_workspace_removal, set_session_status
+from cairn.engine.loop.waiting import release_hold
 from cairn.engine.runtime import Runtime
 from cairn.engine.tools import WORKSPACE_TOOL_NAMES
 from cairn.errors import ConflictError, InvalidRequestError, NotFoundError
@@ -35,7 +36,6 @@ from cairn.store.turns import (
     get_turn,
     insert_turn,
     next_queued_turn,
-    transition_turn,
     update_turn,
 )
 
@@ -254,18 +254,13 @@ class SessionService:
         await transition_item(tx.conn, call, ItemStatus.COMPLETED if success else ItemStatus.FAILED, data=call.data)
         error = None if success else event.get("error") or "the client reported a failure"
         await add_call_output(tx, call, output=event.get("output"), error=error)
-        await resolve_required_action(tx.conn, turn.id, call_id)
-        if any(c.call_id != call_id for c in pending):
-            return
-        session = await get_session(tx.conn, session_id)
-        assert session is not None
-        # A client may answer before its turn waits (while the step's workspace calls run):
-        # then the session is still in progress.
-        if session.status == SessionStatus.REQUIRES_ACTION:
-            await set_session_status(tx, session_id, SessionStatus.IN_PROGRESS)
         if turn.status == TurnStatus.WAITING:
-            resumed = await transition_turn(tx.conn, turn, TurnStatus.IN_PROGRESS)
-            await queue_turn_job(tx, resumed)
+            # The turn resumes only when nothing else holds it: other client calls, or a call
+            # the gate holds (an approval) stay required actions until they end.
+            await release_hold(tx, turn.id, call_id)
+        else:
+            # Answered while the turn still runs the step's other calls: it never waits for it.
+            await resolve_required_action(tx.conn, turn.id, call_id)
 
 
 def _check_tool_names(agent: Mapping[str, Any]) -> None:

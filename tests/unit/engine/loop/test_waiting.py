@@ -100,7 +100,7 @@ async def test_a_call_held_at_the_gate_waits_and_runs_after_a_restart_once_relea
     assert [e["type"] for e in events].count("agent.session.turn.completed") == 1
 
 
-async def test_a_turn_the_client_resumes_waits_again_for_the_gate_alone(engine: EngineHarness) -> None:
+async def test_a_client_result_leaves_the_turn_waiting_for_the_gate_alone(engine: EngineHarness) -> None:
     lookup = {"type": "function", "name": "lookup", "description": "", "parameters": {"type": "object", "properties": {}}}
     write = {"call": "write_file", "arguments": {"path": HELD, "content": "x"}}
     engine.script([{"calls": [write, {"call": "lookup", "arguments": {}}]}, {"say": "done"}])
@@ -110,13 +110,14 @@ async def test_a_turn_the_client_resumes_waits_again_for_the_gate_alone(engine: 
     held, client = [i for i in await engine.items(session_id) if i.type == "function_call"]
     assert [a["type"] for a in await engine.required_actions(session_id)] == ["test_gate_hold", "function_call"]
 
-    # The client's result resumes the turn; the gate still holds its call, so it waits again.
+    # The client's result ends its own hold only: the gate still holds its call, so the turn
+    # keeps waiting (no job, the session still requires action) for that one alone.
     answer = {"type": "agent.session.input.tool_result", "turn_id": held.turn_id, "call_id": client.call_id, "success": True}
     await SessionService(engine.runtime).submit("t1", session_id, [answer], idempotency=None)
-    assert (await engine.turn(held.turn_id)).status == "in_progress"
-    await engine.run_job()
     assert (await engine.turn(held.turn_id)).status == "waiting"
+    assert (await engine.session(session_id)).status == "requires_action"
     assert [a["call_id"] for a in await engine.required_actions(session_id)] == [held.call_id]
+    assert not await engine.has_job()
     assert not (engine.workspace(session_id) / HELD).exists()
 
     await engine.restart(ToolPolicies(gate=PathGate(HELD, released=True)))
