@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from cairn.testing.postgres import ThrowawayPostgres
 from cairn.testing.server import CairnServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +26,17 @@ def scripts_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for script in directory.glob("*.json"):
             shutil.copy(script, target / script.name)
     return target
+
+
+DATABASES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+def database_url_for(request: pytest.FixtureRequest, database: str, prefix: str) -> str | None:
+    """None for SQLite (the data dir's own file), else a fresh database on the throwaway PostgreSQL."""
+    if database != "postgres":
+        return None
+    pg: ThrowawayPostgres = request.getfixturevalue("postgres_server")
+    return pg.create_database(f"{prefix}_{secrets.token_hex(4)}")
 
 
 def make_server(scripts_dir: Path, **kwargs: object) -> CairnServer:

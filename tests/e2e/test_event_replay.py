@@ -22,9 +22,8 @@ import sqlalchemy as sa
 
 from cairn import Client
 from cairn.client import Backoff
-from cairn.testing.postgres import ThrowawayPostgres
 from cairn.testing.server import CairnServer
-from tests.e2e.conftest import make_server, remove_server
+from tests.e2e.conftest import database_url_for, make_server, remove_server
 from tests.e2e.streams import TERMINAL, read_turn
 
 LONG = "scripted:long_turn"
@@ -266,10 +265,7 @@ def test_turn_running_on_another_process(
 ) -> None:
     """Two `cairn serve` processes share one database: the client talks to one that runs no
     worker (CAIRN_WORKERS=0), the turn runs on the other, and events cross by the log."""
-    url = None
-    if database == "postgres":
-        pg: ThrowawayPostgres = request.getfixturevalue("postgres_server")
-        url = pg.create_database(f"replay_{secrets.token_hex(4)}")
+    url = database_url_for(request, database, "replay")
     api = make_server(scripts_dir, database_url=url, env={"CAIRN_WORKERS": "0"}).start()
     worker = CairnServer(api.data_dir, scripts_dir=scripts_dir, database_url=url).start()
     proxy = CuttingProxy(api.port, rng)

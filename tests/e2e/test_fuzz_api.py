@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,9 +29,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cairn.testing.postgres import ThrowawayPostgres
 from cairn.testing.server import CairnServer
-from tests.e2e.conftest import make_server, remove_server
+from tests.e2e.conftest import DATABASES, database_url_for, make_server, remove_server
+from tests.waits import until_blocking
 
 SESSIONS = "/agents/sessions"
 EXAMPLES = int(os.environ.get("CAIRN_FUZZ_EXAMPLES", "120"))
@@ -167,22 +165,18 @@ class Targets:
         session = self._session("scripted:publish")
         sent = self.http.post(f"{SESSIONS}/{session}/events", json={"events": [{"type": "agent.session.input.message", "input": [MESSAGE]}]})
         assert sent.status_code == 202, sent.text
-        deadline = time.monotonic() + 60
-        while not (artifacts := self.http.get(f"{SESSIONS}/{session}/artifacts").json()["data"]):
-            assert time.monotonic() < deadline, f"the fuzz target session {session} published no artifact in 60 s"
-            time.sleep(0.05)
+        artifacts = until_blocking(
+            lambda: self.http.get(f"{SESSIONS}/{session}/artifacts").json()["data"],
+            f"the fuzz target session {session} to publish an artifact", timeout_s=60,
+        )
         turn = self.http.get(f"{SESSIONS}/{session}/turns").json()["data"][0]["id"]
         self.ids = {"session": session, "turn": turn, "artifact": artifacts[0]["id"]}
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], scope="module")
+@pytest.fixture(params=DATABASES, scope="module")
 def fuzzed_server(request: pytest.FixtureRequest, scripts_dir: Path) -> Iterator[CairnServer]:
     """A server per database: PostgreSQL refuses in text what SQLite stores (NUL)."""
-    database_url = None
-    if request.param == "postgres":
-        pg: ThrowawayPostgres = request.getfixturevalue("postgres_server")
-        database_url = pg.create_database(f"fuzz_{secrets.token_hex(4)}")
-    instance = make_server(scripts_dir, database_url=database_url).start()
+    instance = make_server(scripts_dir, database_url=database_url_for(request, request.param, "fuzz")).start()
     yield instance
     remove_server(instance)
 
@@ -266,8 +260,10 @@ def test_every_route_was_fuzzed_and_a_session_made_before_still_completes_a_turn
     print("fuzzed requests per route:", sent)
     posted = http.post(f"{SESSIONS}/{witness}/events", json={"events": [{"type": "agent.session.input.message", "input": [MESSAGE]}]})
     assert posted.status_code == 202, posted.text
-    deadline = time.monotonic() + 60
-    while (turns := http.get(f"{SESSIONS}/{witness}/turns").json()["data"])[0]["status"] != "completed":
-        assert turns[0]["status"] in ("queued", "in_progress"), turns[0]
-        assert time.monotonic() < deadline, f"the witness session's turn did not complete in 60 s: {turns[0]}"
-        time.sleep(0.05)
+    def latest_turn() -> dict[str, Any]:
+        turn: dict[str, Any] = http.get(f"{SESSIONS}/{witness}/turns").json()["data"][0]
+        assert turn["status"] in ("queued", "in_progress", "completed"), turn
+        return turn
+
+    until_blocking(lambda: latest_turn()["status"] == "completed", "the witness session's turn to complete",
+                   timeout_s=60, seen=latest_turn)

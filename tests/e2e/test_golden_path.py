@@ -3,7 +3,6 @@ databases: turn 1 writes and runs tree.py, turn 2 adds --max-depth and publishes
 
 from __future__ import annotations
 
-import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,20 +11,13 @@ from pathlib import Path
 import openai
 import pytest
 
-from cairn.testing.postgres import ThrowawayPostgres
 from cairn.testing.server import CairnServer
-from tests.e2e.conftest import make_server, remove_server
+from tests.e2e.conftest import DATABASES, database_url_for, make_server, remove_server
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], scope="module")
-def golden_server(
-    request: pytest.FixtureRequest, scripts_dir: Path
-) -> Iterator[CairnServer]:
-    database_url = None
-    if request.param == "postgres":
-        pg: ThrowawayPostgres = request.getfixturevalue("postgres_server")
-        database_url = pg.create_database(f"golden_{secrets.token_hex(4)}")
-    instance = make_server(scripts_dir, database_url=database_url).start()
+@pytest.fixture(params=DATABASES, scope="module")
+def golden_server(request: pytest.FixtureRequest, scripts_dir: Path) -> Iterator[CairnServer]:
+    instance = make_server(scripts_dir, database_url=database_url_for(request, request.param, "golden")).start()
     yield instance
     remove_server(instance)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import secrets
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +18,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from cairn.testing.postgres import ThrowawayPostgres
 from cairn.testing.server import CairnWorker
-from tests.e2e.conftest import make_server, remove_server
+from tests.e2e.conftest import DATABASES, database_url_for, make_server, remove_server
 from tests.e2e.streams import TERMINAL, EventTail
 from tests.waits import until_blocking
 
@@ -68,12 +66,9 @@ class Deployment:
         return [str(o) for (o,) in self.query("SELECT lease_owner FROM jobs WHERE session_id = :s", s=session_id)]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=DATABASES)
 def deployment(request: pytest.FixtureRequest, scripts_dir: Path) -> Iterator[Deployment]:
-    url = None
-    if request.param == "postgres":
-        pg: ThrowawayPostgres = request.getfixturevalue("postgres_server")
-        url = pg.create_database(f"workers_{secrets.token_hex(4)}")
+    url = database_url_for(request, request.param, "workers")
     instance = Deployment(scripts_dir, url, env={"CAIRN_DRAIN_GRACE_S": "30"})
     try:
         yield instance

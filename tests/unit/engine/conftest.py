@@ -12,30 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from cairn.bootstrap import build_runtime
-from cairn.config import Settings
 from cairn.engine.runtime import Runtime
-from cairn.store.db import Database
-from cairn.store.migrate import upgrade
+from tests.runtimes import scratch_runtime
 from tests.unit.engine.harness import EngineHarness
 
 
 @pytest.fixture
 async def runtime() -> AsyncIterator[Runtime]:
-    # Under /tmp, not pytest's 0700 tree: the sandbox's account must reach the workspace.
-    root = Path(tempfile.mkdtemp(prefix="cairn-turn-"))
-    os.chmod(root, 0o711)
-    scripts = root / "scripts"
-    scripts.mkdir()
-    settings = Settings(data_dir=root / "data", scripts_dir=scripts)
-    settings.data_dir.mkdir()
-    db = Database(settings.resolved_database_url)
-    await upgrade(db)
-    try:
-        yield build_runtime(settings, db)
-    finally:
-        await db.dispose()
-        shutil.rmtree(root)
+    async with scratch_runtime("cairn-turn-") as built:
+        yield built
 
 
 @pytest.fixture

@@ -7,29 +7,23 @@ A real SQLite database and scripted model; the worker's tasks run as `cairn serv
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
-from pathlib import Path
 
 import anyio
 import pytest
 import sqlalchemy as sa
 
-from cairn.bootstrap import build_runtime
 from cairn.config import Settings
 from cairn.engine.runtime import Runtime
 from cairn.engine.sessions import SessionService
-from cairn.store.db import Database
 from cairn.store.events import read_events_after
-from cairn.store.migrate import upgrade
 from cairn.store.tables import jobs
 from cairn.store.turns import get_turn
 from cairn.worker import runner as runner_module
 from cairn.worker import service as service_module
 from cairn.worker.service import start_worker_tasks
+from tests.runtimes import scratch_runtime
 from tests.waits import until
 
 pytestmark = pytest.mark.anyio
@@ -37,23 +31,14 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture
 async def runtime() -> AsyncIterator[Runtime]:
-    root = Path(tempfile.mkdtemp(prefix="cairn-worker-"))
-    os.chmod(root, 0o711)
-    scripts = root / "scripts"
-    scripts.mkdir()
-    (scripts / "hello.json").write_text(json.dumps({"turns": [[{"say": "hello"}]] * 4}))
-    settings = Settings(
-        data_dir=root / "data", scripts_dir=scripts, job_max_attempts=3, job_retry_delay_s=0.01, poll_interval_s=0.02,
-        idle_stop_s=0.8, snapshot_gc_interval_s=0.05, blob_gc_interval_s=0.05,
-    )
-    settings.data_dir.mkdir()
-    db = Database(settings.resolved_database_url)
-    await upgrade(db)
-    try:
-        yield build_runtime(settings, db)
-    finally:
-        await db.dispose()
-        shutil.rmtree(root)
+    settings = {
+        "job_max_attempts": 3, "job_retry_delay_s": 0.01, "poll_interval_s": 0.02,
+        "idle_stop_s": 0.8, "snapshot_gc_interval_s": 0.05, "blob_gc_interval_s": 0.05,
+    }
+    async with scratch_runtime("cairn-worker-", **settings) as built:
+        assert built.settings.scripts_dir is not None
+        (built.settings.scripts_dir / "hello.json").write_text(json.dumps({"turns": [[{"say": "hello"}]] * 4}))
+        yield built
 
 
 async def _start_turn(runtime: Runtime, text: str) -> str:
