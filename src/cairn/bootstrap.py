@@ -1,4 +1,5 @@
-"""The composition root: settings → database, blob store, snapshot store, sandbox, models, engine.
+"""The composition root: settings → database, blob store, snapshot store, sandbox, models, the
+operator's agents, engine.
 
 Every process builds itself here and nowhere else: `cairn serve` (the API, with or without an
 embedded worker), `cairn worker` (jobs only), the test servers and the benchmarks. `api/`
@@ -22,8 +23,10 @@ from cairn.engine.idle import persist_all_workspaces
 from cairn.engine.journal import Journal, wake_on_topic
 from cairn.engine.notifier import Notifier
 from cairn.engine.runtime import Runtime
+from cairn.engine.tools.workspace import BUILTIN_TOOLS
 from cairn.errors import InvalidRequestError
 from cairn.models.registry import check_model_name, resolve_model
+from cairn.operator import LoadedAgents, load_agents
 from cairn.sandbox import select_backend
 from cairn.snapshots import SnapshotStore, SnapshotStoreConfig, open_snapshot_store
 from cairn.store.db import Database
@@ -31,7 +34,7 @@ from cairn.store.migrate import check_schema
 from cairn.worker.background import run_periodically, supervise
 from cairn.worker.service import WorkerService
 
-__all__ = ["build_runtime", "build_snapshot_store", "open_runtime", "running", "serving_process"]
+__all__ = ["build_runtime", "build_snapshot_store", "load_operator_agents", "open_runtime", "running", "serving_process"]
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +58,15 @@ def build_snapshot_store(settings: Settings) -> SnapshotStore:
     )
 
 
-def build_runtime(settings: Settings, db: Database) -> Runtime:
-    """Every long-lived collaborator of the engine, over an open database."""
+def load_operator_agents(settings: Settings) -> LoadedAgents:
+    """The operator's agents (`Settings.agents`, MODULE:ATTR), built with this process's runtime
+    dependencies; none without the setting. Raises `AgentDefinitionError` saying what is wrong."""
+    return load_agents(settings.agents, BUILTIN_TOOLS)
+
+
+def build_runtime(settings: Settings, db: Database, agents: LoadedAgents | None = None) -> Runtime:
+    """Every long-lived collaborator of the engine, over an open database; `agents` when the
+    caller loaded them already (the CLI, to report a bad `--agents` before serving)."""
     sandbox = select_backend(settings.sandbox)
     notifier = Notifier()
     return Runtime(
@@ -69,11 +79,12 @@ def build_runtime(settings: Settings, db: Database) -> Runtime:
         environments=Environments(settings.workspaces_dir, sandbox, build_snapshot_store(settings), db),
         resolve_model=partial(resolve_model, settings=settings),
         check_model=partial(check_model_name, settings=settings),
+        agents=agents if agents is not None else load_operator_agents(settings),
     )
 
 
 @asynccontextmanager
-async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
+async def open_runtime(settings: Settings, agents: LoadedAgents | None = None) -> AsyncIterator[Runtime]:
     """A runtime on the configured database (its schema checked, never migrated here).
 
     On the way out every workspace this process holds is persisted, shielded from
@@ -82,7 +93,7 @@ async def open_runtime(settings: Settings) -> AsyncIterator[Runtime]:
     db = Database(settings.resolved_database_url)
     try:
         await check_schema(db)
-        runtime = build_runtime(settings, db)
+        runtime = build_runtime(settings, db, agents)
         log.info("sandbox backend: %s", runtime.sandbox.name)
         try:
             yield runtime
@@ -118,10 +129,10 @@ async def running(runtime: Runtime, *, workers: int) -> AsyncIterator[WorkerServ
 
 
 @asynccontextmanager
-async def serving_process(settings: Settings) -> AsyncIterator[Runtime]:
+async def serving_process(settings: Settings, agents: LoadedAgents | None = None) -> AsyncIterator[Runtime]:
     """What `cairn serve` runs beside the HTTP app: the runtime and, with `settings.workers`,
     a worker drained for up to `settings.drain_grace_s` when the server stops."""
-    async with open_runtime(settings) as runtime, running(runtime, workers=settings.workers) as service:
+    async with open_runtime(settings, agents) as runtime, running(runtime, workers=settings.workers) as service:
         try:
             yield runtime
         finally:

@@ -41,6 +41,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         host=getattr(args, "host", "127.0.0.1"),
         port=getattr(args, "port", 8321),
         sandbox=getattr(args, "sandbox", None),
+        agents=getattr(args, "agents", None),
     ).with_env()
     if getattr(args, "workers", None) is not None:
         if args.workers < 0:
@@ -92,15 +93,16 @@ async def _serve(settings: Settings) -> None:
     import uvicorn
 
     from cairn.api.app import create_app
-    from cairn.bootstrap import serving_process
+    from cairn.bootstrap import load_operator_agents, serving_process
 
+    agents = load_operator_agents(settings)  # a bad --agents ends here, before anything is served
     if await prepare_data_dir(settings):
         print(f"created admin API key in {settings.admin_key_path}", file=sys.stderr)
     # Event streams stay open indefinitely: give them a bounded grace period on shutdown,
     # then close them; clients resume from their last sequence number. The worker is
     # drained after that, in the app's lifespan (uvicorn owns the signals here).
     config = uvicorn.Config(
-        create_app(serving_process(settings)),
+        create_app(serving_process(settings, agents)),
         host=settings.host,
         port=settings.port,
         log_level="info",
@@ -117,12 +119,13 @@ async def _serve(settings: Settings) -> None:
 async def _worker(settings: Settings) -> None:
     """Run jobs without HTTP until SIGTERM or SIGINT: the first drains (no new job; running
     turns get `drain_grace_s` to end their step and hand their job back), a second stops now."""
-    from cairn.bootstrap import open_runtime, running
+    from cairn.bootstrap import load_operator_agents, open_runtime, running
 
     if settings.workers < 1:
         raise CairnError("cairn worker needs --workers 1 or more", code="invalid_argument")
+    agents = load_operator_agents(settings)
     _make_data_dir(settings)
-    async with open_runtime(settings) as runtime, running(runtime, workers=settings.workers) as service:
+    async with open_runtime(settings, agents) as runtime, running(runtime, workers=settings.workers) as service:
         assert service is not None
         log.info("worker started: %d job slot(s) on %s", settings.workers, runtime.db.url.render_as_string())
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -222,11 +225,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--scripts-dir", default=None, help="directory of scripted:NAME model scripts")
     serve.add_argument("--sandbox", default=None, help="sandbox backend (default: the best isolating one)")
     serve.add_argument("--workers", type=int, default=None, help="turns run at once by this process; 0 = API only (default 4)")
+    serve.add_argument("--agents", default=None, metavar="MODULE:ATTR", help="the operator's agents: MODULE:ATTR of a cairn.AgentRegistry, importable from the working directory or PYTHONPATH")
 
     worker = sub.add_parser("worker", parents=[common], help="run turns without serving HTTP (beside `serve --workers 0`)")
     worker.add_argument("--scripts-dir", default=None, help="directory of scripted:NAME model scripts")
     worker.add_argument("--sandbox", default=None, help="sandbox backend (default: the best isolating one)")
     worker.add_argument("--workers", type=int, default=None, help="turns run at once by this process (default 4)")
+    worker.add_argument("--agents", default=None, metavar="MODULE:ATTR", help="the operator's agents: MODULE:ATTR of a cairn.AgentRegistry, importable from the working directory or PYTHONPATH")
 
     keys = sub.add_parser("keys", parents=[common], help="manage API keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)

@@ -60,6 +60,8 @@ class Settings:
     openai_base_url: str | None = None
     openai_api_key: str | None = None
     openai_api: str = "responses"
+    # The operator's agents: MODULE:ATTR of a `cairn.AgentRegistry` (`--agents`), or None.
+    agents: str | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -105,6 +107,7 @@ class Settings:
                 openai_base_url=self.openai_base_url or environ.get("OPENAI_BASE_URL"),
                 openai_api_key=self.openai_api_key or environ.get("OPENAI_API_KEY"),
                 openai_api=environ.get("CAIRN_OPENAI_API", self.openai_api),
+                agents=self.agents or environ.get("CAIRN_AGENTS"),
                 idle_stop_s=float(environ.get("CAIRN_IDLE_STOP_S", self.idle_stop_s)),
                 snapshot_store=environ.get("CAIRN_SNAPSHOT_STORE", self.snapshot_store),
                 s3_bucket=self.s3_bucket or environ.get("CAIRN_S3_BUCKET"),

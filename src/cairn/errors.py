@@ -7,6 +7,7 @@ envelope of spec §1.5 from its fields; nothing else decides a status code.
     CairnError                         message, code, http_status, param, retryable, context
     ├── ClientError                    the caller can fix it (4xx)
     │   ├── InvalidRequestError        400 malformed or semantically wrong input
+    │   │   └── AgentDefinitionError   400 the operator's agents, tools or `--agents` spec are not usable
     │   ├── AuthenticationError        401 missing or unknown API key
     │   ├── PermissionDeniedError      403 the key's role may not do this
     │   ├── NotFoundError              404 unknown id, or another tenant's
@@ -31,6 +32,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 __all__ = [
+    "AgentDefinitionError",
+    "AgentVersionError",
     "AuthenticationError",
     "BlobStoreError",
     "CairnError",
@@ -92,6 +95,13 @@ class ClientError(CairnError):
 
 class InvalidRequestError(ClientError):
     pass
+
+
+class AgentDefinitionError(InvalidRequestError):
+    """An operator's code (a `@cairn.tool`, a `cairn.Agent`, an `AgentRegistry` or the
+    `--agents MODULE:ATTR` that names it) cannot be used; the message says what to change."""
+
+    default_code = "invalid_agent_definition"
 
 
 class AuthenticationError(ClientError):
@@ -168,6 +178,18 @@ class BlobStoreError(ServerError):
 class LeaseLostError(ServerError):
     default_code = "lease_lost"
     default_retryable = True
+
+
+class AgentVersionError(ServerError):
+    """A session is pinned to an agent version this process does not have, or whose factory
+    changed since (its revision differs). `reason` is "missing" or "revision_changed"; the code
+    is the turn error code of spec §3.6 for it."""
+
+    default_code = "executor_version_incompatible"
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message, context={"reason": reason})
+        self.reason = reason
 
 
 class CairnMisuseError(RuntimeError):

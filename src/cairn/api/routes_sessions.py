@@ -24,11 +24,11 @@ __all__ = ["routes"]
 async def create_session(request: Request) -> Response:
     ctx = await request_context(request, write=True)
     body = read_model(await read_body(request, ctx.runtime.settings.max_body_bytes), CreateSessionBody)
-    assert body.agent is not None
     created = await ctx.sessions.create(
         ctx.principal.tenant,
         {
-            "agent": body.agent.model_dump(exclude_none=True),
+            "agent": body.agent.model_dump(exclude_none=True) if body.agent is not None else {},
+            "agent_id": body.agent_id,
             "environment": body.environment.model_dump(exclude_none=True),
             "metadata": body.metadata,
             "input": body.input_messages(),

@@ -121,7 +121,8 @@ class MultiAgent(_Strict):
 
 
 class AgentConfig(_Strict):
-    model: Name = Field(min_length=1, max_length=256)
+    # Required unless the session names a registered agent (`agent_id`), whose model it overrides.
+    model: Name | None = Field(default=None, min_length=1, max_length=256)
     instructions: str | None = None
     multi_agent: MultiAgent | None = None
     reasoning: Reasoning | None = None
@@ -234,7 +235,8 @@ class SpendControl(_Strict):
 class CreateSessionBody(_Strict):
     environment: Environment
     agent: AgentConfig | None = None
-    agent_id: Name | None = None
+    # A registered agent (`cairn serve --agents`): its newest version, pinned; `agent` overrides its fields.
+    agent_id: Name | None = Field(default=None, min_length=1, max_length=64)
     input: str | list[InputMessage] | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
@@ -248,10 +250,8 @@ class CreateSessionBody(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> CreateSessionBody:
-        if self.agent_id is not None:
-            raise ValueError("saved agents (agent_id) are not supported by Cairn yet; pass `agent` with a model")
-        if self.agent is None:
-            raise ValueError("`agent` with a `model` is required")
+        if self.agent_id is None and (self.agent is None or self.agent.model is None):
+            raise ValueError("`agent` with a `model` is required (or `agent_id`, the id of a registered agent)")
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options is allowed only with stream: true")
         if self.vault_ids:

@@ -93,10 +93,13 @@ async def add_call_output(tx: Transaction, call: ItemRecord, *, output: Any, err
 
 
 async def close_open_item(tx: Transaction, item: ItemRecord, note: str) -> ItemRecord:
-    """Mark one in-progress item `incomplete`, saying why in a command's output."""
+    """Mark one in-progress item `incomplete`, saying why in a command's output or an
+    `mcp_call`'s error."""
     data = dict(item.data)
     if item.type == "command_execution":
         data["output"] = (data.get("output") or "") + f"\n[{note}]"
+    elif item.type == "mcp_call":
+        data["error"] = note
     closed = await transition_item(tx.conn, item, ItemStatus.INCOMPLETE, data=data)
     tx.emit(item_event("done", closed, closed.output_index))
     return closed

@@ -12,6 +12,7 @@ from cairn.engine.journal import Journal
 from cairn.engine.notifier import Notifier
 from cairn.engine.tools.build import ToolPolicies
 from cairn.models.base import Model
+from cairn.operator import LoadedAgents
 from cairn.sandbox.base import SandboxBackend
 from cairn.store.db import Database
 
@@ -32,3 +33,5 @@ class Runtime:
     check_model: Callable[[str], None]
     # What the tool pipeline's gate and reserve stages ask; by default every call runs.
     tool_policies: ToolPolicies = field(default_factory=ToolPolicies)
+    # The operator's registered agents (`--agents MODULE:ATTR`); none by default.
+    agents: LoadedAgents = field(default_factory=LoadedAgents)

@@ -19,7 +19,7 @@ from cairn.engine.journal import Transaction
 from cairn.engine.lifecycle import add_call_output, close_turn, queue_turn_job, queue_workspace_removal, set_session_status
 from cairn.engine.loop.waiting import release_hold
 from cairn.engine.runtime import Runtime
-from cairn.engine.tools import WORKSPACE_TOOL_NAMES
+from cairn.engine.session_agent import new_session_agent, updated_agent
 from cairn.errors import ConflictError, InvalidRequestError, NotFoundError
 from cairn.ids import new_environment_id, new_session_id, new_turn_id
 from cairn.sandbox.base import SandboxBackend
@@ -96,19 +96,19 @@ class SessionService:
     # -- create / update / delete -----------------------------------------------------
 
     async def create(self, tenant: str, body: Mapping[str, Any]) -> CreatedSession:
-        agent = dict(body["agent"])
+        """A new session; `body["agent_id"]` (optional) names a registered agent to pin."""
+        session_id = new_session_id()
+        agent, pinned = new_session_agent(self.rt.agents, session_id, body["agent"], body.get("agent_id"))
         self.rt.check_model(agent["model"])  # a bad model name is a 400 now, not a failed turn later
-        _check_tool_names(agent)
         environment = dict(body["environment"])
         inline_files = decode_inline_files(environment.get("files") or [])
-        session_id = new_session_id()
         environment_id = new_environment_id()
         now = time.time()
         record = SessionRecord(
             id=session_id,
             tenant=tenant,
             status=SessionStatus.IDLE,
-            agent={"id": f"agent_{session_id.removeprefix('sess_')}", **agent},
+            agent=agent,
             environment=_environment_view(environment, environment_id, self.rt.sandbox),
             environment_id=environment_id,
             metadata=dict(body.get("metadata") or {}),
@@ -125,6 +125,8 @@ class SessionService:
             prompt_cache_options=body.get("prompt_cache_options"),
             review=body.get("review"),
             spend_control=body.get("spend_control"),
+            agent_version=pinned.version if pinned is not None else None,
+            agent_revision=pinned.revision if pinned is not None else None,
         )
         # The workspace itself is made by the worker that first runs a turn of the session,
         # from the files stored here (docs/workers.md): this process may not be that machine.
@@ -147,11 +149,8 @@ class SessionService:
             session = await self._locked(tx, tenant, session_id)
             values: dict[str, Any] = {}
             if "agent" in body and body["agent"] is not None:
-                agent = {**session.agent, **{k: v for k, v in body["agent"].items()}}
-                if "tools" in body["agent"] and body["agent"]["tools"] is None:
-                    agent["tools"] = []
+                agent = updated_agent(self.rt.agents, session, body["agent"])
                 self.rt.check_model(agent["model"])
-                _check_tool_names(agent)
                 values["agent"] = agent
             if "metadata" in body:
                 values["metadata"] = dict(body["metadata"] or {})
@@ -262,17 +261,3 @@ class SessionService:
             # Answered while the turn still runs the step's other calls: it never waits for it.
             await resolve_required_action(tx.conn, turn.id, call_id)
 
-
-def _check_tool_names(agent: Mapping[str, Any]) -> None:
-    seen: set[str] = set()
-    for index, tool in enumerate(agent.get("tools") or []):
-        name = tool.get("name")
-        if tool.get("type") != "function":
-            continue
-        if name in WORKSPACE_TOOL_NAMES:
-            raise InvalidRequestError(
-                f"function tool name {name!r} is taken by a built-in workspace tool", param=f"agent.tools[{index}].name"
-            )
-        if name in seen:
-            raise InvalidRequestError(f"duplicate function tool name {name!r}", param=f"agent.tools[{index}].name")
-        seen.add(name)

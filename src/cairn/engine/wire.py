@@ -34,11 +34,18 @@ def render_required_action(action: RequiredAction) -> dict[str, Any]:
     return {"type": action.kind, "call_id": action.call_id, **action.payload, "turn_id": action.turn_id}
 
 
+def _session_agent(session: SessionRecord) -> dict[str, Any]:
+    """The session's agent; a registered one also shows the version and revision it is pinned to."""
+    if session.agent_version is None:
+        return session.agent
+    return {**session.agent, "version": session.agent_version, "revision": session.agent_revision}
+
+
 def render_session(session: SessionRecord) -> dict[str, Any]:
     wire: dict[str, Any] = {
         "id": session.id,
         "object": "agent.session",
-        "agent": session.agent,
+        "agent": _session_agent(session),
         "created_at": int(session.created_at),
         "last_active_at": int(session.last_active_at),
         "environment": session.environment,

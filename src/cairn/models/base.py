@@ -35,12 +35,13 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
-    """A tool the model may call. `kind` says who runs it: the workspace or the client."""
+    """A tool the model may call. `kind` says who runs it: the workspace, the client, or the
+    operator's code in the worker."""
 
     name: str
     description: str
     parameters: Mapping[str, Any]
-    kind: Literal["workspace", "client"]
+    kind: Literal["workspace", "client", "operator"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ by `store.events.append_events`) and the turn counter (`next_turn_ordinal`). Eac
 fact has one writer: the status moves only through `transition_session` (guarded by
 `cairn.states.SESSION_TRANSITIONS`), the environment's status only through
 `set_environment_status`, the settings (`prompt_cache_options`, `review`, `spend_control`)
-and `env` only at create and update; the required actions live in their own table
+and `env` only at create and update, the pinned agent version and revision only at create; the required actions live in their own table
 (`cairn.store.required_actions`), and a record read here carries them.
 """
 
@@ -62,13 +62,22 @@ class SessionRecord:
     prompt_cache_options: dict[str, Any] | None = None
     review: str | None = None
     spend_control: dict[str, Any] | None = None
+    # The registered agent version (and its revision) a session made with `agent_id` is
+    # pinned to for its life; None for a session that brought its own agent.
+    agent_version: str | None = None
+    agent_revision: str | None = None
     # Not a column: the rows of `required_actions`, filled in by every read of this module.
     required_actions: tuple[RequiredAction, ...] = ()
 
 
 _COLUMNS = tuple(f for f in SessionRecord.__slots__ if f != "required_actions")
 # Written only by their own functions below.
-_OWNED = {"status": "transition_session", "environment_status": "set_environment_status"}
+_OWNED = {
+    "status": "transition_session",
+    "environment_status": "set_environment_status",
+    "agent_version": "insert_session",
+    "agent_revision": "insert_session",
+}
 
 
 def _record(row: sa.Row[Any]) -> SessionRecord:

@@ -61,6 +61,9 @@ sessions = sa.Table(
     sa.Column("prompt_cache_options", sa.JSON, nullable=True),
     sa.Column("review", sa.String(16), nullable=True),
     sa.Column("spend_control", sa.JSON, nullable=True),
+    # The registered agent version and revision a session is pinned to (created with agent_id).
+    sa.Column("agent_version", sa.String(160), nullable=True),
+    sa.Column("agent_revision", sa.String(64), nullable=True),
     sa.Column("error", sa.Text, nullable=True),
     sa.Column("usage", sa.JSON, nullable=True),
     sa.Column("last_event_seq", sa.BigInteger, nullable=False, server_default="0"),
@@ -104,7 +107,7 @@ items = sa.Table(
     sa.Column("type", sa.String(64), nullable=False),
     sa.Column("status", sa.String(32), nullable=True),
     sa.Column("call_id", sa.String(128), nullable=True),
-    # Who runs a call: "workspace" (Cairn) or "client" (requires_action).
+    # Who runs a call: "workspace" (Cairn), "client" (requires_action) or "operator" (its code, in the worker).
     sa.Column("tool_kind", sa.String(16), nullable=True),
     sa.Column("output_index", sa.Integer, nullable=True),
     sa.Column("data", sa.JSON, nullable=False),

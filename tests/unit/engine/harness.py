@@ -31,6 +31,7 @@ from cairn.engine.tools.pipeline import CallInFlight
 from cairn.engine.wire import render_required_action
 from cairn.models.base import Model
 from cairn.models.registry import check_model_name, resolve_model
+from cairn.operator import LoadedAgents
 from cairn.sandbox.base import ExecRequest, ExecResult, OutputSink, SandboxBackend
 from cairn.snapshots import SnapshotStoreConfig, open_snapshot_store
 from cairn.store.db import Database
@@ -106,6 +107,7 @@ class EngineHarness:
         self.settings.data_dir.mkdir()
         self.sandbox = FakeSandbox()
         self._runtime: Runtime | None = None
+        self.agents = LoadedAgents()
         self.turn_ids: dict[str, str] = {}  # each session's first turn
 
     @property
@@ -113,8 +115,13 @@ class EngineHarness:
         assert self._runtime is not None, "no runtime is open"
         return self._runtime
 
-    async def open(self, policies: ToolPolicies | None = None, *, resolve: Callable[[str], Model] | None = None) -> Runtime:
-        """Open a runtime on the data dir, as a (re)started process would."""
+    async def open(
+        self, policies: ToolPolicies | None = None, *, resolve: Callable[[str], Model] | None = None, agents: LoadedAgents | None = None
+    ) -> Runtime:
+        """Open a runtime on the data dir, as a (re)started process would; with `agents`, the
+        operator's agents it loaded (else those of the last runtime opened)."""
+        if agents is not None:
+            self.agents = agents
         db = Database(self.settings.resolved_database_url)
         await upgrade(db)
         notifier = Notifier()
@@ -129,6 +136,7 @@ class EngineHarness:
             resolve_model=resolve or partial(resolve_model, settings=self.settings),
             check_model=partial(check_model_name, settings=self.settings),
             tool_policies=policies or ToolPolicies(),
+            agents=self.agents,
         )
         return self._runtime
 
@@ -137,24 +145,32 @@ class EngineHarness:
             await self._runtime.db.dispose()
             self._runtime = None
 
-    async def restart(self, policies: ToolPolicies | None = None) -> Runtime:
-        """The process is gone; a new one opens the same data dir (nothing in memory survives)."""
+    async def restart(self, policies: ToolPolicies | None = None, *, agents: LoadedAgents | None = None) -> Runtime:
+        """The process is gone; a new one opens the same data dir (nothing in memory survives
+        but the operator's agents, which it loads again: `agents` when they changed)."""
         await self.close()
-        return await self.open(policies)
+        return await self.open(policies, agents=agents)
 
     def script(self, *turns: Sequence[Mapping[str, Any]]) -> None:
         """What `scripted:test` plays: one list of steps per turn."""
         (self.scripts / "test.json").write_text(json.dumps({"turns": [list(t) for t in turns]}))
 
     async def create_session(
-        self, *, files: Mapping[str, str] | None = None, tools: Sequence[Mapping[str, Any]] = (), workspace: bool = True
+        self,
+        *,
+        files: Mapping[str, str] | None = None,
+        tools: Sequence[Mapping[str, Any]] = (),
+        workspace: bool = True,
+        agent_id: str | None = None,
     ) -> str:
         """A session with one queued turn ("go"); its workspace, made by the worker that first
-        runs a turn (or by `prepare_workspace`), starts with `files`."""
+        runs a turn (or by `prepare_workspace`), starts with `files`. With `agent_id`, it runs
+        that registered agent (its model and instructions, `tools` as client tools)."""
         message = {"role": "user", "content": [{"type": "input_text", "text": "go"}]}
         inline = [{"type": "inline", "path": p, "data": base64.b64encode(c.encode()).decode()} for p, c in (files or {}).items()]
         body = {
-            "agent": {"model": "scripted:test", "tools": list(tools)},
+            "agent": {"tools": list(tools)} if agent_id is not None else {"model": "scripted:test", "tools": list(tools)},
+            "agent_id": agent_id,
             "environment": {"type": "openai_hosted", "files": inline} if workspace else {"type": "none"},
             "input": [message],
         }

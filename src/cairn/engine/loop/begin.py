@@ -2,8 +2,8 @@
 turn started (or taken over from the worker that had it).
 
 A job whose turn is gone, over, or cancelled before it started is settled here and runs
-nothing. A turn that cannot start (unknown model, a workspace that cannot be prepared)
-fails before its first step. The workspace is ready before the turn starts, so its events
+nothing. A turn that cannot start (its pinned agent version is not loaded here unchanged,
+an unknown model, a workspace that cannot be prepared) fails before its first step. The workspace is ready before the turn starts, so its events
 precede the turn's.
 """
 
@@ -16,7 +16,7 @@ from cairn.engine.events import environment_event, item_event, turn_event
 from cairn.engine.journal import Transaction
 from cairn.engine.lifecycle import close_turn, set_session_status
 from cairn.engine.runtime import Runtime
-from cairn.errors import CairnError, StatusConflictError
+from cairn.errors import AgentVersionError, CairnError, StatusConflictError
 from cairn.models.base import Model
 from cairn.snapshots import StartOutcome
 from cairn.states import EnvironmentStatus, SessionStatus, TurnStatus
@@ -51,6 +51,12 @@ async def begin_turn(rt: Runtime, job: Job) -> TurnStart | None:
         await _settle_unrunnable(rt, job)
         return None
     assert turn is not None and session is not None
+    if session.agent_version is not None:
+        try:
+            rt.agents.pinned(session.agent_version, session.agent_revision)
+        except AgentVersionError as exc:
+            await _fail_before_start(rt, job, turn, {"code": exc.code, "message": exc.message})
+            return None
     try:
         model = rt.resolve_model(session.agent["model"])
     except CairnError as exc:

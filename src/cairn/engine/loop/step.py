@@ -47,13 +47,14 @@ class StepOutcome:
 
 
 def session_toolbox(rt: Runtime, session: SessionRecord) -> Toolbox:
-    """The tools a turn of `session` offers: built-in ones on its workspace, and its client tools."""
+    """The tools a turn of `session` offers: built-in ones on its workspace, and its client
+    tools; for a session pinned to a registered agent, that version's tools and its client tools."""
 
     def builtin() -> list[Tool]:
         environments = rt.environments
         return workspace_tools(rt.sandbox, environments.workspace_of, environments.files, command_timeout_s=rt.settings.command_timeout_s)
 
-    return Toolbox.for_session(session, builtin)
+    return Toolbox.for_session(session, builtin, rt.agents)
 
 
 class Step:

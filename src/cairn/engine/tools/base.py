@@ -2,9 +2,9 @@
 
 A `Tool` is a spec the model sees, a parser for its arguments, an executor, and the shape
 of the item its call is recorded as. Who runs it is its `kind`: the workspace (built-in
-tools, run by Cairn against the session's workspace) or the client (the call is handed
-to the client, which answers with a tool result); operator tools are another kind of the
-same interface. Every call of every kind goes through the pipeline (`cairn.engine.tools.
+tools, run by Cairn against the session's workspace), the client (the call is handed
+to the client, which answers with a tool result) or the operator (its Python function, run
+in the worker: `cairn.engine.tools.operator`). Every call of every kind goes through the pipeline (`cairn.engine.tools.
 pipeline`), which ends a call with a `ToolResult`, or stops it with a `Hold`: the call
 stays recorded and open, the turn waits for what the hold names, and nothing ran.
 """
@@ -19,11 +19,13 @@ from typing import Any
 
 from cairn.errors import InvalidRequestError
 from cairn.models.base import ToolCall, ToolSpec
+from cairn.operator.context import ApprovalView
 from cairn.states import ItemStatus
 from cairn.store.items import ItemRecord
 from cairn.store.sessions import SessionRecord
 
 __all__ = [
+    "ApprovalView",
     "CommandResult",
     "Hold",
     "Tool",
@@ -83,13 +85,15 @@ class Hold:
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
-    """What a tool sees of the call it runs: whose call it is, and where its output goes."""
+    """What a tool sees of the call it runs: whose call it is, where its output goes, and the
+    approval it runs under (set by the gate when the call needed one)."""
 
     session: SessionRecord
     turn_id: str
     call_id: str
     # Streams a piece of output to the call's item while it runs (a command's output).
     stream_output: Callable[[str], None]
+    approval: ApprovalView | None = None
 
     @property
     def tenant(self) -> str:

@@ -1,7 +1,9 @@
 """The `record` stage: a call's result becomes the end of its item, stored once with its events.
 
-A `command_execution` item carries its own result (output, exit code, duration); a
-`function_call` is marked done and followed by a `function_call_output` item. The write
+A `command_execution` item carries its own result (output, exit code, duration), and so does
+an `mcp_call` (a call recorded for an approval: `output` or `error`, and a command's exit code
+and duration when it ran one); a `function_call` is marked done and followed by a
+`function_call_output` item. The write
 goes through the turn's writer, which fences it by the job's lease token, so a worker that
 lost its lease records nothing. A read-only step stores its calls already finished in the
 step's own transaction (`cairn.engine.loop.recorder`), with the same content and events,
@@ -38,8 +40,17 @@ class TurnWriter(abc.ABC):
         """Keep the turn's history current with an item this process wrote."""
 
 
+# Item types that carry their call's result themselves, with no output item after them.
+_SELF_CONTAINED = frozenset({"command_execution", "mcp_call"})
+
+
 def finished_call(item_type: str, data: dict[str, Any], result: ToolResult) -> tuple[ItemStatus, dict[str, Any]]:
     """The status and content of a call's item once `result` ended it."""
+    if item_type == "mcp_call":
+        ended = {**data, "output": result.output if result.error is None else None, "error": result.error}
+        if isinstance(result, CommandResult):
+            ended.update(exit_code=result.exit_code, duration_ms=result.duration_ms)
+        return result.status, ended
     if item_type != "command_execution":
         return result.status, data
     command = result if isinstance(result, CommandResult) else CommandResult(error=result.error)
@@ -51,7 +62,7 @@ async def announce_result(tx: Transaction, item: ItemRecord, result: ToolResult)
     """Emit that the finished call `item` is done and store its output item if it has one;
     returns the records written."""
     tx.emit(item_event("done", item, item.output_index))
-    if item.type == "command_execution":
+    if item.type in _SELF_CONTAINED:
         return [item]
     return [item, await add_call_output(tx, item, output=result.output, error=result.error)]
 

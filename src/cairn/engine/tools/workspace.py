@@ -16,13 +16,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cairn._concurrency import run_sync
+from cairn._validation import validation_problems
 from cairn.engine.tools.base import Tool, ToolArgumentError, ToolContext, ToolResult
 from cairn.engine.tools.patch import apply_hunks, parse_patch
 from cairn.engine.workspace_files import WorkspaceFiles, workspace_relative
 from cairn.errors import InvalidRequestError
 from cairn.models.base import ToolSpec
+from cairn.operator import BuiltinTools
 
 __all__ = [
+    "BUILTIN_TOOLS",
     "MAX_READ_BYTES",
     "FileTool",
     "ShellArguments",
@@ -104,14 +107,17 @@ def workspace_tool_specs() -> list[ToolSpec]:
     return [workspace_tool_spec(name) for name in _SCHEMAS]
 
 
-def parse_workspace_arguments(name: str, arguments: Mapping[str, Any]) -> Any:
+def parse_workspace_arguments(name: str, arguments: Mapping[str, Any]) -> _Args:
     """Validate a built-in tool's arguments; raises `ToolArgumentError` naming every problem."""
     model = _SCHEMAS[name][0]
     try:
         return model.model_validate(dict(arguments))
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
-        raise ToolArgumentError(f"invalid arguments for {name}: {problems}") from exc
+        raise ToolArgumentError(f"invalid arguments for {name}: {validation_problems(exc)}") from exc
+
+
+# What an operator agent's approval policies see of the built-in tools.
+BUILTIN_TOOLS = BuiltinTools(WORKSPACE_TOOL_NAMES, parse_workspace_arguments)
 
 
 def parse_shell_arguments(arguments: Mapping[str, Any]) -> ShellArguments:

@@ -1,0 +1,38 @@
+"""What an operator tool sees of the call it runs.
+
+`ToolContext` is the public view an operator's function receives as its first argument: whose
+call it is (tenant, session, turn, call id), the approval it runs under if it needed one, and
+the process's runtime dependencies. It is built afresh for each call in the worker that runs
+it and is never stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cairn.operator.deps import RuntimeDeps
+
+__all__ = ["ApprovalView", "ToolContext"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalView:
+    """The approval a call runs under: who decided it (their key and role at decision time)
+    and the digest of the exact call they approved."""
+
+    id: str
+    decided_by_key: str
+    decided_role: str
+    arguments_digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    tenant: str
+    session_id: str
+    turn_id: str
+    call_id: str
+    # The process's runtime dependencies (the registry's deps provider).
+    deps: RuntimeDeps
+    # Set when the call needed an approval and runs because a person approved it.
+    approval: ApprovalView | None = None
