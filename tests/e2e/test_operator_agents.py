@@ -43,6 +43,11 @@ def release_agent_v1(deps: cairn.RuntimeDeps) -> cairn.Agent:
     return cairn.Agent(model="scripted:release", instructions="You ship releases.", tools=[deploy_release])
 
 
+@registry.agent("audit-agent/2026-01")
+def audit_agent(deps: cairn.RuntimeDeps) -> cairn.Agent:
+    return cairn.Agent(model="scripted:release_plain", instructions="You read logs.", tools=["read_file"])
+
+
 @registry.agent("release-agent/v2")
 def release_agent_v2(deps: cairn.RuntimeDeps) -> cairn.Agent:
     return cairn.Agent(
@@ -86,8 +91,12 @@ def _versions(agent: Any) -> list[tuple[str, str]]:
 
 def test_registered_agents_are_saved_agents(agents_server: CairnServer) -> None:
     with agents_server.client() as client:
-        listed = list(client.beta.agents.list())
-        assert [a.id for a in listed] == ["release-agent"]
+        assert [a.id for a in client.beta.agents.list(limit=1)] == ["release-agent", "audit-agent"]  # two pages
+        first = client.beta.agents.list(limit=1, order="asc")
+        assert [a.id for a in first.data] == ["audit-agent"] and first.has_more
+        assert [a.id for a in client.beta.agents.list(order="asc", after="audit-agent")] == ["release-agent"]
+        with pytest.raises(openai.BadRequestError, match="unknown agent id in `after`: nobody"):
+            client.beta.agents.list(after="nobody")
         agent = client.beta.agents.retrieve("release-agent")
         assert agent.object == "agent" and agent.name == "release-agent"
         assert agent.model == "scripted:release_plain" and agent.instructions == "You ship releases, carefully."
@@ -134,7 +143,7 @@ def test_a_session_of_a_registered_agent_runs_its_operator_tool(agents_server: C
 
 def test_an_unknown_agent_id_is_refused(agents_server: CairnServer) -> None:
     with agents_server.client() as client:
-        with pytest.raises(openai.BadRequestError, match="unknown agent_id 'ship-agent'.*registered agents: release-agent") as refused:
+        with pytest.raises(openai.BadRequestError, match="unknown agent_id 'ship-agent'.*registered agents: audit-agent, release-agent") as refused:
             client.beta.agents.sessions.create(agent_id="ship-agent", environment={"type": "openai_hosted"})
         assert refused.value.param == "agent_id"
         with pytest.raises(openai.BadRequestError, match="`agent` with a `model` is required"):

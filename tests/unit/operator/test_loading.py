@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 
+import cairn
 from cairn import cli
 from cairn.engine.tools.workspace import BUILTIN_TOOLS
 from cairn.errors import AgentDefinitionError
 from cairn.operator import LoadedAgents, load_agents
+
+pytestmark = pytest.mark.anyio
 
 GOOD = """
 import cairn
@@ -173,3 +176,46 @@ def test_serve_and_worker_exit_2_with_one_line(command: str, tmp_path: Path, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("cairn: error: --agents no_such_agents_module:registry: no module named 'no_such_agents_module'")
     assert not (tmp_path / "data").exists()  # refused before anything was made
+
+
+# The public surface exactly as issue 15 writes it.
+ISSUE_EXAMPLE = '''
+import cairn
+
+@cairn.tool(needs_approval=True, side_effect=True, approvers=["approver"])
+async def deploy_release(ctx: cairn.ToolContext, release: str) -> str:
+    """Deploy a release to production."""
+    ...
+    return f"deployed:{release}"
+
+registry = cairn.AgentRegistry()
+
+@registry.agent("release-agent/v1")
+def release_agent_v1(deps: cairn.RuntimeDeps) -> cairn.Agent:
+    return cairn.Agent(model="gpt-4.1", instructions="You ship releases.", tools=[deploy_release, "shell"])
+'''
+
+
+def test_the_issues_example_works_verbatim(modules: Modules) -> None:
+    name = modules.write(ISSUE_EXAMPLE)
+    loaded = _load(f"{name}:registry").get("release-agent/v1")
+    assert loaded is not None and loaded.agent.model == "gpt-4.1" and loaded.builtin_tools == ("shell",)
+    requirement = loaded.approval_for("deploy_release", {"release": "r-42"})
+    assert requirement is not None and requirement.summary == "deploy_release(release='r-42')"
+    assert requirement.approvers == frozenset({"approver"}) and loaded.is_side_effect("deploy_release")
+
+
+async def test_the_example_module_loads_and_deploys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RELEASES_LOG", str(tmp_path / "releases.log"))
+    monkeypatch.setenv("RELEASE_AGENT_MODEL", "scripted:release")
+    agents = _load("examples.release_agent:registry")
+    v1, v2 = agents.versions("release-agent")
+    assert (v1.version, v2.version) == ("release-agent/v1", "release-agent/v2") and v1.revision != v2.revision
+    assert v2.agent.model == "scripted:release"
+    assert v2.approval_for("shell", {"command": "git push origin main"}) is not None
+    assert v2.approval_for("shell", {"command": "git status"}) is None
+    tool = v2.operator_tool("deploy_release")
+    assert tool is not None
+    context = cairn.ToolContext(tenant="t", session_id="sess_1", turn_id="turn_1", call_id="call_1", deps=agents.deps)
+    assert await tool.invoke(context, tool.parse({"release": "r-42"})) == "deployed:r-42"
+    assert '"release": "r-42"' in (tmp_path / "releases.log").read_text()
