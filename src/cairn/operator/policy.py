@@ -106,6 +106,15 @@ class ApprovalPolicy:
     ttl_s: float | None = None
     review: ReviewBuilder | None = None
 
+    def __post_init__(self) -> None:
+        owner = "cairn.ApprovalPolicy"
+        if not isinstance(self.needs_approval, bool) and not callable(self.needs_approval):
+            raise AgentDefinitionError(f"{owner}: needs_approval must be True, False or a predicate, not {self.needs_approval!r}")
+        if self.review is not None and not callable(self.review):
+            raise AgentDefinitionError(f"{owner}: review must be a function of the arguments, not {self.review!r}")
+        object.__setattr__(self, "approvers", _approvers(owner, self.approvers))
+        object.__setattr__(self, "ttl_s", _ttl(owner, self.ttl_s))
+
     @classmethod
     def of(
         cls,
@@ -119,11 +128,10 @@ class ApprovalPolicy:
         """A checked policy for `owner` (a tool, named in errors)."""
         if isinstance(needs_approval, ApprovalPolicy):
             return needs_approval
-        if not isinstance(needs_approval, bool) and not callable(needs_approval):
-            raise AgentDefinitionError(f"{owner}: needs_approval must be True, False or a predicate, not {needs_approval!r}")
-        if review is not None and not callable(review):
-            raise AgentDefinitionError(f"{owner}: review must be a function of the arguments, not {review!r}")
-        return cls(needs_approval, _approvers(owner, approvers), _ttl(owner, approval_ttl), review)
+        try:
+            return cls(needs_approval, _approvers(owner, approvers), _ttl(owner, approval_ttl), review)
+        except AgentDefinitionError as exc:
+            raise AgentDefinitionError(exc.message.replace("cairn.ApprovalPolicy", owner, 1)) from None
 
     @property
     def may_need_approval(self) -> bool:

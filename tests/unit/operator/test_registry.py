@@ -334,3 +334,12 @@ def test_the_api_view_of_a_version() -> None:
         {"type": "function", "name": "deploy_release", "description": "Deploy a release to production.",
          "parameters": deploy_release.parameters, "defer_loading": False}
     ]
+
+
+def test_an_approval_policy_made_directly_is_checked_too() -> None:
+    policy = cairn.ApprovalPolicy(needs_approval=True, approvers=["approver"], ttl_s=30)  # type: ignore[arg-type]
+    assert policy.approvers == frozenset({"approver"}) and policy.ttl_s == 30.0
+    with pytest.raises(AgentDefinitionError, match="cairn.ApprovalPolicy: needs_approval must be True, False or a predicate"):
+        cairn.ApprovalPolicy(needs_approval="always")  # type: ignore[arg-type]
+    with pytest.raises(AgentDefinitionError, match="cairn.ApprovalPolicy: approval_ttl must be a positive number"):
+        cairn.ApprovalPolicy(needs_approval=True, ttl_s=0)
