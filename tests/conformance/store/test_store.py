@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -9,14 +10,14 @@ import anyio
 import pytest
 import sqlalchemy as sa
 
-from cairn.errors import InvalidRequestError, LeaseLostError
+from cairn.errors import CairnMisuseError, InvalidRequestError, LeaseLostError
 from cairn.ids import new_session_id, new_turn_id
 from cairn.store.db import Database
 from cairn.store.events import append_events, read_events_after
 from cairn.store.idempotency import record_idempotency_key
 from cairn.store.jobs import claim_job, complete_job, enqueue_job, release_job, renew_lease
 from cairn.store.keys import create_key, find_key, revoke_key
-from cairn.store.sessions import SessionRecord, get_session, insert_session, list_sessions
+from cairn.store.sessions import SessionRecord, get_session, insert_session, list_sessions, update_session
 from cairn.store.tables import jobs
 from cairn.store.turns import TurnRecord, advance_step, fence_turn, get_turn, insert_turn, update_turn
 from tests.waits import until
@@ -136,6 +137,19 @@ async def test_session_list_filters_by_agent_before_it_paginates(db: Database, o
     expected = agent_a if order == "asc" else agent_a[::-1]
     assert [[s.id for s in p.data] for p in pages] == [expected[:2], expected[2:]]
     assert [p.has_more for p in pages] == [True, False]
+
+
+async def test_a_pinned_agent_version_is_stored_at_create_and_never_updated(db: Database) -> None:
+    pinned = dataclasses.replace(_session(agent_id="release-agent"), agent_version="release-agent/v2", agent_revision="ab" * 32)
+    plain = await _new_session(db)
+    async with db.write() as conn:
+        await insert_session(conn, pinned)
+        stored = await get_session(conn, pinned.id)
+        assert stored is not None and (stored.agent_version, stored.agent_revision) == ("release-agent/v2", "ab" * 32)
+        unpinned = await get_session(conn, plain.id)
+        assert unpinned is not None and (unpinned.agent_version, unpinned.agent_revision) == (None, None)
+        with pytest.raises(CairnMisuseError, match="sessions.agent_version is written only by insert_session"):
+            await update_session(conn, pinned.id, agent_version="release-agent/v3")
 
 
 async def test_idempotency_keys_repeat_only_for_the_same_request(db: Database) -> None:
