@@ -4,9 +4,10 @@ A `Tool` is a spec the model sees, a parser for its arguments, an executor, and 
 of the item its call is recorded as. Who runs it is its `kind`: the workspace (built-in
 tools, run by Cairn against the session's workspace), the client (the call is handed
 to the client, which answers with a tool result) or the operator (its Python function, run
-in the worker: `cairn.engine.tools.operator`). Every call of every kind goes through the pipeline (`cairn.engine.tools.
-pipeline`), which ends a call with a `ToolResult`, or stops it with a `Hold`: the call
-stays recorded and open, the turn waits for what the hold names, and nothing ran.
+in the worker: `cairn.engine.tools.operator`). Every call of every kind goes through the
+pipeline (`cairn.engine.tools.pipeline`), which ends a call with a `ToolResult`, or stops it
+with a `Hold`: the call stays recorded and open, the turn waits for what the hold names, and
+nothing ran.
 """
 
 from __future__ import annotations
