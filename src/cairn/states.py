@@ -1,4 +1,5 @@
-"""The lifecycle states of sessions, turns, items and jobs, and the moves allowed between them.
+"""The lifecycle states of sessions, turns, items, jobs and approvals, and the moves allowed
+between them.
 
 One transition table per entity says which `from → to` moves are legal. The store writes a
 status only through one guarded function per entity, which checks the table before any SQL
@@ -19,10 +20,13 @@ from typing import Generic, TypeVar
 from cairn.errors import IllegalTransitionError
 
 __all__ = [
+    "APPROVAL_TRANSITIONS",
     "ITEM_TRANSITIONS",
     "JOB_TRANSITIONS",
     "SESSION_TRANSITIONS",
     "TURN_TRANSITIONS",
+    "ApprovalReason",
+    "ApprovalStatus",
     "EnvironmentStatus",
     "ItemStatus",
     "JobStatus",
@@ -63,6 +67,31 @@ class JobStatus(StrEnum):
     DONE = "done"
     FAILED = "failed"
     PARKED = "parked"  # given up after too many attempts: kept for inspection, never claimed
+
+
+class ApprovalStatus(StrEnum):
+    """A person's decision on one held tool call (docs/approvals.md)."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+    INVALIDATED = "invalidated"  # a check at execution time failed: the call never runs
+
+
+class ApprovalReason(StrEnum):
+    """Why an approval ended other than by a plain decision."""
+
+    EXPIRED = "expired"
+    DISMISSED = "dismissed"  # the Agents API's `cancel` decision
+    REVOKED = "revoked"  # by a person, through the API or the CLI
+    DIGEST_MISMATCH = "digest_mismatch"  # the call or its record changed since it was approved
+    MIGRATION_REQUIRED = "migration_required"  # the pinned agent version is gone or changed
+    APPROVER_LOST_RIGHTS = "approver_lost_rights"  # the deciding key was revoked or lost its role
+    TENANT_MISMATCH = "tenant_mismatch"
+    SESSION_CANCELLED = "session_cancelled"  # the turn was cancelled (or failed) before the call ran
+    SESSION_DELETED = "session_deleted"
 
 
 class EnvironmentStatus(StrEnum):
@@ -153,5 +182,18 @@ JOB_TRANSITIONS = _table(
         # running → queued: a worker shutting down hands it back, or a job that raised
         # waits for its retry; running → parked: it raised too often.
         _J.RUNNING: [_J.RUNNING, _J.DONE, _J.FAILED, _J.QUEUED, _J.PARKED],
+    },
+)
+
+_A = ApprovalStatus
+APPROVAL_TRANSITIONS = _table(
+    "approval",
+    [_A.PENDING],
+    {
+        # Every decision is a compare-and-set from pending: the first one wins.
+        _A.PENDING: [_A.APPROVED, _A.REJECTED, _A.EXPIRED, _A.REVOKED, _A.INVALIDATED],
+        # An approved call that has not started can still be revoked, run out of time, or
+        # fail a check at execution time; once started it stays approved.
+        _A.APPROVED: [_A.REVOKED, _A.EXPIRED, _A.INVALIDATED],
     },
 )

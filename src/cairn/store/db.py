@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from cairn._concurrency import run_sync
 from cairn.errors import InvalidRequestError, StoreError
 
-__all__ = ["Connection", "Database", "DriverParameters", "DriverResult", "InlineConnection", "async_url"]
+__all__ = ["Connection", "Database", "DriverParameters", "DriverResult", "InlineConnection", "async_url", "database_clock"]
 
 T = TypeVar("T")
 
@@ -51,6 +51,14 @@ _LOCK_RETRY_MAX_S = 0.02
 _LOCK_WAIT_LIMIT_S = 30.0
 # SQLite connections kept open between transactions; more stay in SQLAlchemy's pool (5 + 10).
 _IDLE_CONNECTIONS = 4
+
+
+def database_clock(dialect: str) -> sa.ColumnElement[float]:
+    """The database clock in epoch seconds, in `dialect`'s SQL: every process on one database
+    agrees on it, whatever the machines' clocks say."""
+    if dialect == "sqlite":
+        return sa.literal_column("((julianday('now') - 2440587.5) * 86400.0)", sa.Float)
+    return sa.literal_column("extract(epoch from clock_timestamp())::float8", sa.Float)
 
 
 def async_url(url: str) -> sa.URL:
@@ -170,9 +178,7 @@ class Database:
 
     def now(self) -> sa.ColumnElement[float]:
         """The database clock in epoch seconds: lease predicates never trust a worker's clock."""
-        if self.is_sqlite:
-            return sa.literal_column("((julianday('now') - 2440587.5) * 86400.0)", sa.Float)
-        return sa.literal_column("extract(epoch from clock_timestamp())::float8", sa.Float)
+        return database_clock(self.dialect)
 
     def write(self) -> AbstractAsyncContextManager[Connection]:
         """A transaction that may write; committed on success, rolled back on any error."""

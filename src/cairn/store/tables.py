@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 __all__ = [
     "api_keys",
+    "approvals",
     "artifacts",
     "events",
     "idempotency_keys",
@@ -201,4 +202,47 @@ jobs = sa.Table(
     sa.Column("last_error", sa.Text, nullable=True),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Index("ix_jobs_status_id", "status", "id"),
+)
+
+# One row per tool call held for a person's decision (docs/approvals.md). No foreign key to
+# the session: an approval outlives its session's deletion, as a record of what was decided.
+approvals = sa.Table(
+    "approvals",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("tenant", sa.String(128), nullable=False),
+    sa.Column("session_id", sa.String(64), nullable=False),
+    sa.Column("turn_id", sa.String(64), nullable=False),
+    sa.Column("call_id", sa.String(128), nullable=False),
+    sa.Column("tool_name", sa.String(128), nullable=False),
+    # What the approver is shown: the tool's redacted snapshot of the arguments, and one line.
+    sa.Column("review", sa.JSON, nullable=False),
+    sa.Column("summary", sa.Text, nullable=False),
+    # HMAC-SHA-256 of the canonical JSON of the call's identity and arguments.
+    sa.Column("arguments_digest", sa.String(64), nullable=False),
+    sa.Column("agent_version", sa.String(128), nullable=False),
+    sa.Column("agent_revision", sa.String(64), nullable=False),
+    # The roles that may decide, as the tool named them when the call was held.
+    sa.Column("approvers", sa.JSON, nullable=False),
+    # What continues exactly this call: references (the call's item, the pinned agent), versioned.
+    sa.Column("run_state", sa.JSON, nullable=False),
+    sa.Column("run_state_version", sa.Integer, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("reason", sa.String(32), nullable=True),
+    # The approver's rejection message, or why it was revoked.
+    sa.Column("message", sa.Text, nullable=True),
+    # Times on the database clock.
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
+    sa.Column("decided_at", sa.Float, nullable=True),
+    # When a worker let the approved call through to run it: from then on it cannot be revoked.
+    sa.Column("started_at", sa.Float, nullable=True),
+    # The deciding key, and its tenant and role at decision time.
+    sa.Column("decided_by", sa.String(64), nullable=True),
+    sa.Column("decided_tenant", sa.String(128), nullable=True),
+    sa.Column("decided_role", sa.String(32), nullable=True),
+    sa.UniqueConstraint("turn_id", "call_id"),
+    sa.Index("ix_approvals_tenant_created", "tenant", "created_at", "id"),
+    sa.Index("ix_approvals_session_id", "session_id"),
+    sa.Index("ix_approvals_status_expires", "status", "expires_at"),
 )
