@@ -18,11 +18,13 @@ import anyio
 
 from cairn.blobs import BlobStore
 from cairn.config import Settings
+from cairn.engine.approvals import ApprovalGate
 from cairn.engine.environment import Environments
 from cairn.engine.idle import persist_all_workspaces
 from cairn.engine.journal import Journal, wake_on_topic
 from cairn.engine.notifier import Notifier
 from cairn.engine.runtime import Runtime
+from cairn.engine.tools import ToolPolicies
 from cairn.engine.tools.workspace import BUILTIN_TOOLS
 from cairn.errors import InvalidRequestError
 from cairn.models.registry import check_model_name, resolve_model
@@ -69,17 +71,22 @@ def build_runtime(settings: Settings, db: Database, agents: LoadedAgents | None 
     caller loaded them already (the CLI, to report a bad `--agents` before serving)."""
     sandbox = select_backend(settings.sandbox)
     notifier = Notifier()
+    journal = Journal(db, notifier)
+    if agents is None:
+        agents = load_operator_agents(settings)
     return Runtime(
         settings=settings,
         db=db,
         notifier=notifier,
-        journal=Journal(db, notifier),
+        journal=journal,
         sandbox=sandbox,
         blobs=BlobStore(settings.blobs_dir),
         environments=Environments(settings.workspaces_dir, sandbox, build_snapshot_store(settings), db),
         resolve_model=partial(resolve_model, settings=settings),
         check_model=partial(check_model_name, settings=settings),
-        agents=agents if agents is not None else load_operator_agents(settings),
+        # A call that its agent says needs a person's approval waits for one (docs/approvals.md).
+        tool_policies=ToolPolicies(gate=ApprovalGate(journal, agents, settings)),
+        agents=agents,
     )
 
 

@@ -56,6 +56,13 @@ class Settings:
     # `cairn blobs gc` instead) and how long since it was last stored a blob is always kept.
     blob_gc_interval_s: float = 3600.0
     blob_gc_grace_s: float = 3600.0
+    # How long a held call waits for a decision unless its tool says otherwise, and how often
+    # workers expire the approvals whose time ran out.
+    approval_ttl_s: float = 86400.0
+    approval_expiry_check_s: float = 5.0
+    # The secret that keys approval digests (hex); default: `approval.key` in the data dir,
+    # made on first use. Every worker of one database must have the same (docs/approvals.md).
+    approval_key: str | None = None
     # OpenAI-compatible endpoint for `openai:` and plain model names.
     openai_base_url: str | None = None
     openai_api_key: str | None = None
@@ -69,6 +76,8 @@ class Settings:
         check_seconds(self.blob_gc_grace_s, "CAIRN_BLOB_GC_GRACE_S")
         check_seconds(self.job_retry_delay_s, "CAIRN_JOB_RETRY_DELAY_S")
         check_seconds(self.drain_grace_s, "CAIRN_DRAIN_GRACE_S")
+        check_seconds(self.approval_ttl_s, "CAIRN_APPROVAL_TTL_S")
+        check_seconds(self.approval_expiry_check_s, "CAIRN_APPROVAL_EXPIRY_CHECK_S")
         if self.job_max_attempts < 1:
             raise InvalidRequestError("CAIRN_JOB_MAX_ATTEMPTS must be 1 or more", param="CAIRN_JOB_MAX_ATTEMPTS")
 
@@ -91,6 +100,10 @@ class Settings:
     @property
     def admin_key_path(self) -> Path:
         return self.data_dir / "admin.key"
+
+    @property
+    def approval_key_path(self) -> Path:
+        return self.data_dir / "approval.key"
 
     def with_env(self, environ: Mapping[str, str] = os.environ) -> Settings:
         """Fill what the command line left unset from CAIRN_* and OPENAI_* variables."""
@@ -117,6 +130,9 @@ class Settings:
                 snapshot_gc_interval_s=float(environ.get("CAIRN_SNAPSHOT_GC_INTERVAL_S", self.snapshot_gc_interval_s)),
                 blob_gc_interval_s=float(environ.get("CAIRN_BLOB_GC_INTERVAL_S", self.blob_gc_interval_s)),
                 blob_gc_grace_s=float(environ.get("CAIRN_BLOB_GC_GRACE_S", self.blob_gc_grace_s)),
+                approval_ttl_s=float(environ.get("CAIRN_APPROVAL_TTL_S", self.approval_ttl_s)),
+                approval_expiry_check_s=float(environ.get("CAIRN_APPROVAL_EXPIRY_CHECK_S", self.approval_expiry_check_s)),
+                approval_key=self.approval_key or environ.get("CAIRN_APPROVAL_KEY"),
             )
         except ValueError as exc:
             raise InvalidRequestError(f"bad CAIRN_* setting: {exc}") from exc

@@ -6,11 +6,13 @@ import secrets
 from typing import NewType
 
 __all__ = [
+    "ApprovalId",
     "ArtifactId",
     "EnvironmentId",
     "ItemId",
     "SessionId",
     "TurnId",
+    "new_approval_id",
     "new_artifact_id",
     "new_call_id",
     "new_environment_id",
@@ -24,6 +26,7 @@ TurnId = NewType("TurnId", str)
 ItemId = NewType("ItemId", str)
 ArtifactId = NewType("ArtifactId", str)
 EnvironmentId = NewType("EnvironmentId", str)
+ApprovalId = NewType("ApprovalId", str)
 
 
 def _token() -> str:
@@ -48,6 +51,10 @@ def new_artifact_id() -> ArtifactId:
 
 def new_environment_id() -> EnvironmentId:
     return EnvironmentId(f"env_{_token()}")
+
+
+def new_approval_id() -> ApprovalId:
+    return ApprovalId(f"apr_{_token()}")
 
 
 def new_call_id() -> str:

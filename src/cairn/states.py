@@ -87,10 +87,12 @@ class ApprovalReason(StrEnum):
     DISMISSED = "dismissed"  # the Agents API's `cancel` decision
     REVOKED = "revoked"  # by a person, through the API or the CLI
     DIGEST_MISMATCH = "digest_mismatch"  # the call or its record changed since it was approved
+    RUN_STATE_MISMATCH = "run_state_mismatch"  # the approval's run state no longer names this call
     MIGRATION_REQUIRED = "migration_required"  # the pinned agent version is gone or changed
     APPROVER_LOST_RIGHTS = "approver_lost_rights"  # the deciding key was revoked or lost its role
     TENANT_MISMATCH = "tenant_mismatch"
-    SESSION_CANCELLED = "session_cancelled"  # the turn was cancelled (or failed) before the call ran
+    SESSION_CANCELLED = "session_cancelled"  # the turn was cancelled before the call ran
+    TURN_FAILED = "turn_failed"  # the turn failed before the call ran
     SESSION_DELETED = "session_deleted"
 
 

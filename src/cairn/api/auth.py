@@ -12,6 +12,7 @@ from starlette.requests import Request
 
 from cairn.engine.runtime import Runtime
 from cairn.errors import AuthenticationError, PermissionDeniedError
+from cairn.store.approvals import Decider
 from cairn.store.keys import find_key
 
 __all__ = ["Principal", "authenticate"]
@@ -26,8 +27,15 @@ class Principal:
     role: str
 
     def require_write(self) -> None:
+        """Sessions and their inputs are written by `admin` and `member` keys; a `reader` or an
+        `approver` may read them (an approver decides approvals, checked per approval)."""
         if self.role not in _WRITE_ROLES:
             raise PermissionDeniedError(f"API key {self.key_id} has role {self.role!r}, which may only read")
+
+    @property
+    def decider(self) -> Decider:
+        """This key as the decider of an approval: its role is checked against the tool's approvers."""
+        return Decider(key_id=self.key_id, tenant=self.tenant, role=self.role)
 
 
 async def authenticate(request: Request, runtime: Runtime) -> Principal:

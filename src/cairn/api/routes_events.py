@@ -31,9 +31,13 @@ _IDEMPOTENCY_KEY = re.compile(f"[\x20-\x7e]{{1,{_MAX_IDEMPOTENCY_KEY}}}")
 
 
 async def post_events(request: Request) -> Response:
-    ctx = await request_context(request, write=True)
+    ctx = await request_context(request)
     raw = await read_body(request, ctx.runtime.settings.max_body_bytes)
     body = read_model(raw, EventsBody)
+    # Approval results are decisions, checked against the tool's approvers; any other input
+    # writes to the session.
+    if any(e.type != "agent.session.input.mcp_approval_request_result" for e in body.events):
+        ctx.principal.require_write()
     key = request.headers.get("idempotency-key")
     idempotency = None
     if key is not None:
@@ -43,7 +47,9 @@ async def post_events(request: Request) -> Response:
             )
         idempotency = (key, hashlib.sha256(raw).hexdigest())
     events = [e.model_dump(exclude_none=True) for e in body.events]
-    await ctx.sessions.submit(ctx.principal.tenant, request.path_params["session_id"], events, idempotency=idempotency)
+    await ctx.sessions.submit(
+        ctx.principal.tenant, request.path_params["session_id"], events, idempotency=idempotency, decider=ctx.principal.decider
+    )
     return Response(status_code=202)
 
 

@@ -16,9 +16,12 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from cairn.api.text import describe_control
 
 __all__ = [
+    "ApproveBody",
     "CreateSessionBody",
     "EventsBody",
     "InputMessage",
+    "RejectBody",
+    "RevokeBody",
     "UpdateSessionBody",
 ]
 
@@ -308,8 +311,39 @@ class ToolResultEvent(_Strict):
     error: str | None = None
 
 
-InputEvent = Annotated[MessageEvent | CancelEvent | ToolResultEvent, Field(discriminator="type")]
+class McpApprovalResponse(_Strict):
+    type: Literal["mcp_tool_call"]
+    decision: Literal["approve", "deny", "cancel"]
+
+
+class McpApprovalResultEvent(_Strict):
+    """A decision on an `mcp_approval_request` (spec §5): `cancel` dismisses the request, and
+    the call does not run; the turn goes on."""
+
+    type: Literal["agent.session.input.mcp_approval_request_result"]
+    request_id: Name = Field(min_length=1, max_length=64)
+    response: McpApprovalResponse
+
+
+InputEvent = Annotated[MessageEvent | CancelEvent | ToolResultEvent | McpApprovalResultEvent, Field(discriminator="type")]
 
 
 class EventsBody(_Strict):
     events: list[InputEvent] = Field(min_length=1, max_length=64)
+
+
+# Bodies of `/v1/approvals/{id}/…` (docs/approvals.md).
+
+
+class ApproveBody(_Strict):
+    # The digest the approver was shown: approving binds to exactly that call.
+    arguments_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class RejectBody(_Strict):
+    # What the model is told, as the call's result.
+    message: NulFree | None = Field(default=None, max_length=4096)
+
+
+class RevokeBody(_Strict):
+    reason: NulFree | None = Field(default=None, max_length=4096)

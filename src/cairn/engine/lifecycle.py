@@ -1,8 +1,8 @@
 """Turn and session transitions shared by the worker and the API.
 
-Closing a turn (completed, failed, cancelled) and moving the session on (to the next
-queued turn, or to idle) happen in one journal transaction, so the log never shows a
-turn ending without the session's next state. These functions only write inside the
+Closing a turn (completed, failed, cancelled), closing its open approvals, and moving the
+session on (to the next queued turn, or to idle) happen in one journal transaction, so the
+log never shows a turn ending without the session's next state. These functions only write inside the
 caller's transaction, and move statuses only through the store's guarded transitions
 (`cairn.states`): a move made on a stale read fails instead of overwriting a newer state.
 """
@@ -15,7 +15,8 @@ from typing import Any
 from cairn.engine.events import item_event, session_event, turn_event
 from cairn.engine.journal import Transaction
 from cairn.engine.wire import render_usage
-from cairn.states import ItemStatus, SessionStatus, TurnStatus
+from cairn.states import ApprovalReason, ItemStatus, SessionStatus, TurnStatus
+from cairn.store.approvals import close_approvals
 from cairn.store.items import ItemRecord, insert_item, new_item, transition_item, turn_items
 from cairn.store.jobs import enqueue_job
 from cairn.store.required_actions import drop_required_actions
@@ -119,6 +120,10 @@ async def close_turn(
     `StatusConflictError` if another writer moved the turn since it was read."""
     if status != TurnStatus.COMPLETED:
         await interrupt_open_items(tx, turn, f"turn {status}")
+        # Its calls will never run: what was held for a decision, or approved and not yet
+        # started, is closed with the turn.
+        reason = ApprovalReason.SESSION_CANCELLED if status == TurnStatus.CANCELLED else ApprovalReason.TURN_FAILED
+        await close_approvals(tx.conn, reason, turn_id=turn.id)
     closed = await transition_turn(tx.conn, turn, status, error=error, completed_at=time.time(), lease_token=None)
     if turn.status == TurnStatus.WAITING:
         await drop_required_actions(tx.conn, turn.id)

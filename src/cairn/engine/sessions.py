@@ -1,9 +1,12 @@
 """Session operations behind the HTTP API: create, update, delete, and input events.
 
-Input events (message, cancel, tool_result) of one request are applied in one journal
-transaction under a lock on the session row, together with their idempotency key: either
-all take effect and the key is recorded, or none does. A message sent while a turn is
-active is queued as the next turn (spec §5 allows rejecting; queueing loses nothing).
+Input events (message, cancel, tool_result, mcp_approval_request_result) of one request are
+applied in one journal transaction under a lock on the session row, together with their
+idempotency key: either all take effect and the key is recorded, or none does. A message
+sent while a turn is active is queued as the next turn (spec §5 allows rejecting; queueing
+loses nothing), except while the turn waits for a person's approval: then it is refused
+with 409, since the decision belongs to the approver, not to whoever sends the next message.
+An approval result is decided by the rules of every decision (`cairn.engine.approvals`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cairn.engine.approvals.decide import Decision, DecisionRequest, apply_decision
 from cairn.engine.environment import decode_inline_files
 from cairn.engine.events import environment_event, session_event, turn_event
 from cairn.engine.journal import Transaction
@@ -20,10 +24,11 @@ from cairn.engine.lifecycle import add_call_output, close_turn, queue_turn_job, 
 from cairn.engine.loop.waiting import release_hold
 from cairn.engine.runtime import Runtime
 from cairn.engine.session_agent import new_session_agent, updated_agent
-from cairn.errors import ConflictError, InvalidRequestError, NotFoundError
+from cairn.errors import CairnMisuseError, ConflictError, InvalidRequestError, NotFoundError
 from cairn.ids import new_environment_id, new_session_id, new_turn_id
 from cairn.sandbox.base import SandboxBackend
-from cairn.states import EnvironmentStatus, ItemStatus, SessionStatus, TurnStatus
+from cairn.states import ApprovalReason, EnvironmentStatus, ItemStatus, SessionStatus, TurnStatus
+from cairn.store.approvals import Decider, close_approvals
 from cairn.store.idempotency import record_idempotency_key
 from cairn.store.items import pending_client_calls, transition_item
 from cairn.store.required_actions import resolve_required_action
@@ -42,6 +47,8 @@ from cairn.store.turns import (
 __all__ = ["CreatedSession", "SessionService"]
 
 _DELETE_RETRY_AFTER_MS = 1000
+# The Agents API's decisions on an `mcp_approval_request` (spec §5).
+_AGENTS_API_DECISIONS = {"approve": Decision.APPROVE, "deny": Decision.REJECT, "cancel": Decision.DISMISS}
 # Settings a session keeps as given at create, and that an update may change.
 _SETTINGS = ("prompt_cache_options", "review", "spend_control")
 
@@ -169,6 +176,8 @@ class SessionService:
                     retryable=False,
                     context={"retry_after_ms": _DELETE_RETRY_AFTER_MS},
                 )
+            # Its held and approved-but-unstarted calls never run; the approvals stay on record.
+            await close_approvals(tx.conn, ApprovalReason.SESSION_DELETED, session_id=session_id)
             await delete_session(tx.conn, session_id)
             # Its workspace and snapshots go where workspaces live: on a worker.
             await queue_workspace_removal(tx, tenant, session_id)
@@ -177,9 +186,16 @@ class SessionService:
     # -- input events -----------------------------------------------------------------
 
     async def submit(
-        self, tenant: str, session_id: str, events: Sequence[Mapping[str, Any]], *, idempotency: tuple[str, str] | None
+        self,
+        tenant: str,
+        session_id: str,
+        events: Sequence[Mapping[str, Any]],
+        *,
+        idempotency: tuple[str, str] | None,
+        decider: Decider | None = None,
     ) -> None:
-        """Apply input events atomically; `idempotency` is (key, request digest)."""
+        """Apply input events atomically; `idempotency` is (key, request digest), `decider` the
+        calling key, which approval results need."""
         async with self.rt.journal.transaction(session_id) as tx:
             session = await self._locked(tx, tenant, session_id)
             if idempotency is not None and await record_idempotency_key(tx.conn, session_id, *idempotency):
@@ -192,6 +208,11 @@ class SessionService:
                     await self._cancel(tx, session_id)
                 elif kind == "agent.session.input.tool_result":
                     await self._tool_result(tx, session_id, event)
+                elif kind == "agent.session.input.mcp_approval_request_result":
+                    if decider is None or decider.tenant != tenant:
+                        raise CairnMisuseError("an approval result is decided by a key, which submit was not given")
+                    request = DecisionRequest(_AGENTS_API_DECISIONS[event["response"]["decision"]])
+                    await apply_decision(tx, decider, event["request_id"], request, session_id=session_id)
                 else:
                     raise InvalidRequestError(f"input event type {kind!r} is not supported by this server", param="events.type")
                 refreshed = await get_session(tx.conn, session_id)
@@ -207,6 +228,12 @@ class SessionService:
     async def _queue_message(self, tx: Transaction, session: SessionRecord, messages: Sequence[Mapping[str, Any]]) -> TurnRecord:
         if session.status == SessionStatus.FAILED:
             raise ConflictError(f"session {session.id} has failed: {session.error}", code="session_failed")
+        if any(action.kind == "mcp_approval_request" for action in session.required_actions):
+            raise ConflictError(
+                f"session {session.id} waits for the approval of a tool call; decide it (or cancel the turn) first",
+                code="awaiting_approval",
+                retryable=False,
+            )
         busy = await active_turn(tx.conn, session.id) or await next_queued_turn(tx.conn, session.id)
         turn = TurnRecord(
             id=new_turn_id(),

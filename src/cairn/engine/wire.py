@@ -30,7 +30,10 @@ def render_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def render_required_action(action: RequiredAction) -> dict[str, Any]:
-    """A RequiredAction of spec §3.1, e.g. {type: function_call, call_id, name, arguments, turn_id}."""
+    """A RequiredAction of spec §3.1, e.g. {type: function_call, call_id, name, arguments, turn_id};
+    an approval request names its `request_id` instead of a call id."""
+    if "request_id" in action.payload:
+        return {"type": action.kind, **action.payload, "turn_id": action.turn_id}
     return {"type": action.kind, "call_id": action.call_id, **action.payload, "turn_id": action.turn_id}
 
 

@@ -37,7 +37,7 @@ async def supervise(name: str, task: Callable[[], Awaitable[None]], *, restart_d
         delay = restart_delay_s if ran_long else min(delay * 2, _MAX_RESTART_DELAY_S)
 
 
-async def run_periodically(name: str, interval_s: float, step: Callable[[], Awaitable[None]]) -> None:
+async def run_periodically(name: str, interval_s: float, step: Callable[[], Awaitable[object]]) -> None:
     """Run `step` every `interval_s` until cancelled; a failed step is logged and the next one runs."""
     while True:
         await anyio.sleep(interval_s)

@@ -1,7 +1,8 @@
 """Everything a process that runs turns keeps going in the background, each task supervised.
 
-The job loop, the suspension of idle workspaces and the periodic garbage collection of
-snapshots and artifact blobs run in the caller's task group; none of them can stop another
+The job loop, the suspension of idle workspaces, the expiry of approvals nobody decided in
+time, and the periodic garbage collection of snapshots and artifact blobs run in the
+caller's task group; none of them can stop another
 or stop for good (`cairn.worker.background`). `drain` is the graceful half of a shutdown:
 no new job is claimed, and running ones get a grace period to end before the caller cancels
 what is left (a cancelled job is handed back at once, for another worker to resume).
@@ -13,6 +14,7 @@ from functools import partial
 
 from anyio.abc import TaskGroup
 
+from cairn.engine.approvals import expire_approvals
 from cairn.engine.blob_gc import sweep_blob_garbage
 from cairn.engine.idle import apply_snapshot_retention, idle_check_interval_s, suspend_idle_sessions
 from cairn.engine.runtime import Runtime
@@ -39,6 +41,10 @@ class WorkerService:
         tg.start_soon(
             run_periodically, "snapshot-gc", settings.snapshot_gc_interval_s, partial(apply_snapshot_retention, rt),
             name="snapshot-gc",
+        )
+        tg.start_soon(
+            run_periodically, "approval-expiry", settings.approval_expiry_check_s, partial(expire_approvals, rt.journal),
+            name="approval-expiry",
         )
         if settings.blob_gc_interval_s > 0:
             tg.start_soon(run_periodically, "blob-gc", settings.blob_gc_interval_s, partial(sweep_blob_garbage, rt), name="blob-gc")

@@ -1,0 +1,223 @@
+"""The approvals gate: a call that its agent says needs a person's approval waits for one, and
+runs only under an approval that still holds when it is about to run.
+
+The deployment's `GatePolicy` (installed by `cairn.bootstrap`). For each call of a session
+pinned to an operator agent, it asks the pinned version's `approval_for(tool, arguments)`:
+
+- None: the call goes on.
+- no approval yet: one is stored (`pending`, with its expiry, its digest and its run state)
+  and the call is held; the session shows an `mcp_approval_request` naming it. Design
+  invariant 2: nothing of the call has run, and nothing runs past a hold.
+- pending: held again (or expired, if its time ran out).
+- rejected, expired, revoked, invalidated: finished with a result the model sees; the tool
+  never runs.
+- approved: checked again now, in this worker (design invariant 4), against what holds
+  *now*: the tenant, the expiry, the pinned version still loaded with the revision the
+  approval was made under, the digest recomputed from the recorded call, the run state's
+  references, and the deciding key's current existence and role. A failed check ends the
+  approval (`invalidated` or `expired`, with the reason), logs an audit line without the
+  arguments, and finishes the call with why. Otherwise the approval is marked started (from
+  then on it cannot be revoked) and the call proceeds with `ToolContext.approval` filled.
+
+After a crash the gate vouches for every call whose approval has not started: it never ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from cairn._concurrency import run_sync
+from cairn.config import Settings
+from cairn.engine.approvals.digest import ApprovalKey, schema_hash
+from cairn.engine.approvals.explain import explain
+from cairn.engine.journal import Journal, Transaction
+from cairn.engine.tools.base import ApprovalView, Hold, ToolResult
+from cairn.engine.tools.gate import GatePolicy
+from cairn.engine.tools.pipeline import PROCEED, CallInFlight, Finish, Verdict
+from cairn.ids import new_approval_id
+from cairn.operator import LoadedAgent, LoadedAgents
+from cairn.states import ApprovalReason, ApprovalStatus
+from cairn.store.approvals import (
+    ApprovalRecord,
+    database_time,
+    get_call_approval,
+    insert_approval,
+    mark_started,
+    transition_approval,
+)
+from cairn.store.keys import get_key
+
+__all__ = ["RUN_STATE_VERSION", "ApprovalGate", "approval_request"]
+
+log = logging.getLogger(__name__)
+
+# The schema of `approvals.run_state`; a record of another version is not continued.
+RUN_STATE_VERSION = 1
+
+
+def approval_request(approval: ApprovalRecord) -> Hold:
+    """The hold of a call waiting for `approval`: the session's `mcp_approval_request`."""
+    request = {
+        "type": "mcp_tool_call",
+        "server_label": approval.run_state.get("server_label", approval.agent_version),
+        "name": approval.tool_name,
+        "arguments": approval.review,
+        "message": approval.summary,
+    }
+    return Hold(call_id=approval.call_id, action_kind="mcp_approval_request", action={"request_id": approval.id, "request": request})
+
+
+class ApprovalGate(GatePolicy):
+    def __init__(self, journal: Journal, agents: LoadedAgents, settings: Settings) -> None:
+        self._journal = journal
+        self._agents = agents
+        self._settings = settings
+        self._key: ApprovalKey | None = None
+
+    async def run(self, call: CallInFlight) -> Verdict:
+        session = call.context.session
+        if session.agent_version is None:
+            return PROCEED  # not an operator agent's session: nothing asks for approval
+        async with self._journal.transaction(session.id) as tx:
+            approval = await get_call_approval(tx.conn, call.context.turn_id, call.call.call_id)
+            if approval is not None:
+                return await self._decided(tx, call, approval)
+            agent = self._pinned(call)
+            if agent is None:
+                # Fail closed: without its agent nobody can say whether the call needs approval.
+                return Finish(ToolResult(error=f"the agent version {session.agent_version} this session is pinned to is not "
+                                               "loaded by this worker (or has changed); the call did not run"))
+            requirement = agent.approval_for(call.tool.name, call.call.arguments)
+            if requirement is None:
+                return PROCEED
+            record = ApprovalRecord(
+                id=new_approval_id(),
+                tenant=session.tenant,
+                session_id=session.id,
+                turn_id=call.context.turn_id,
+                call_id=call.call.call_id,
+                tool_name=call.tool.name,
+                review=dict(requirement.review),
+                summary=requirement.summary,
+                arguments_digest=await self._digest(call, agent),
+                agent_version=agent.version,
+                agent_revision=agent.revision,
+                approvers=sorted(requirement.approvers),
+                run_state=_run_state(call, agent),
+                run_state_version=RUN_STATE_VERSION,
+                status=ApprovalStatus.PENDING,
+                reason=None,
+                message=None,
+                created_at=0.0,
+                expires_at=0.0,
+            )
+            ttl_s = requirement.ttl_s if requirement.ttl_s is not None else self._settings.approval_ttl_s
+            approval = await insert_approval(tx.conn, record, ttl_s=ttl_s)
+            log.info("approval %s: %s call %s of session %s held for a decision", approval.id, approval.tool_name,
+                     approval.call_id, approval.session_id)
+            return approval_request(approval)
+
+    async def vouches_for_rerun(self, call: CallInFlight) -> bool:
+        async with self._journal.db.read() as conn:
+            approval = await get_call_approval(conn, call.context.turn_id, call.call.call_id)
+        return approval is not None and not approval.is_started
+
+    # -- a call that already has its approval --------------------------------------------
+
+    async def _decided(self, tx: Transaction, call: CallInFlight, approval: ApprovalRecord) -> Verdict:
+        if approval.status == ApprovalStatus.PENDING:
+            if await database_time(tx.conn) < approval.expires_at:
+                return approval_request(approval)
+            return await self._end(tx, approval, ApprovalStatus.EXPIRED, ApprovalReason.EXPIRED)
+        if approval.status != ApprovalStatus.APPROVED:
+            return Finish(ToolResult(error=explain(approval)))
+        if approval.is_started:
+            return Finish(ToolResult(error=f"the approved call was already started once (approval {approval.id}); "
+                                           "it is not run again"))
+        failure = await self._recheck(tx, call, approval)
+        if failure is not None:
+            status, reason = failure
+            return await self._end(tx, approval, status, reason)
+        started = await mark_started(tx.conn, approval)
+        if started is None:
+            return Finish(ToolResult(error=f"approval {approval.id} was revoked before the call started; the tool did not run"))
+        assert started.decided_by is not None and started.decided_role is not None
+        view = ApprovalView(id=started.id, decided_by_key=started.decided_by, decided_role=started.decided_role,
+                            arguments_digest=started.arguments_digest)
+        call.context = dataclasses.replace(call.context, approval=view)
+        log.info("approval %s: approved %s call %s starts", started.id, started.tool_name, started.call_id)
+        return PROCEED
+
+    async def _recheck(
+        self, tx: Transaction, call: CallInFlight, approval: ApprovalRecord
+    ) -> tuple[ApprovalStatus, ApprovalReason] | None:
+        """What no longer holds for an approved call about to run, or None when all does."""
+        session = call.context.session
+        if approval.tenant != session.tenant or approval.session_id != session.id:
+            return ApprovalStatus.INVALIDATED, ApprovalReason.TENANT_MISMATCH
+        if await database_time(tx.conn) >= approval.expires_at:
+            return ApprovalStatus.EXPIRED, ApprovalReason.EXPIRED
+        agent = self._pinned(call)
+        if (
+            agent is None
+            or approval.run_state_version != RUN_STATE_VERSION
+            or (agent.version, agent.revision) != (approval.agent_version, approval.agent_revision)
+        ):
+            return ApprovalStatus.INVALIDATED, ApprovalReason.MIGRATION_REQUIRED
+        if approval.run_state != _run_state(call, agent):
+            return ApprovalStatus.INVALIDATED, ApprovalReason.RUN_STATE_MISMATCH
+        if approval.arguments_digest != await self._digest(call, agent):
+            return ApprovalStatus.INVALIDATED, ApprovalReason.DIGEST_MISMATCH
+        requirement = agent.approval_for(call.tool.name, call.call.arguments)
+        approvers = requirement.approvers if requirement is not None else frozenset(approval.approvers)
+        key = await get_key(tx.conn, approval.decided_by) if approval.decided_by is not None else None
+        if key is None or key.revoked_at is not None or key.tenant != approval.tenant or key.role not in approvers:
+            return ApprovalStatus.INVALIDATED, ApprovalReason.APPROVER_LOST_RIGHTS
+        return None
+
+    async def _end(self, tx: Transaction, approval: ApprovalRecord, status: ApprovalStatus, reason: ApprovalReason) -> Finish:
+        ended = await transition_approval(tx.conn, approval, status, reason=reason, unstarted=True)
+        # The audit line names the call, never its arguments (design invariant 6).
+        log.warning("approval %s %s (%s): %s call %s of session %s did not run", ended.id, status, reason,
+                    ended.tool_name, ended.call_id, ended.session_id)
+        return Finish(ToolResult(error=explain(ended)))
+
+    # -- the call's identity -------------------------------------------------------------
+
+    def _pinned(self, call: CallInFlight) -> LoadedAgent | None:
+        """The session's pinned agent version as this worker loaded it, if its revision is the pinned one."""
+        session = call.context.session
+        agent = self._agents.get(session.agent_version) if session.agent_version is not None else None
+        return agent if agent is not None and agent.revision == session.agent_revision else None
+
+    async def _digest(self, call: CallInFlight, agent: LoadedAgent) -> str:
+        if self._key is None:
+            self._key = await run_sync(ApprovalKey.of, self._settings)
+        session = call.context.session
+        identity = {
+            "tenant": session.tenant,
+            "session_id": session.id,
+            "turn_id": call.context.turn_id,
+            "call_id": call.call.call_id,
+            "tool": call.tool.name,
+            "tool_schema": schema_hash(call.tool.name, call.tool.spec.parameters),
+            "agent_version": agent.version,
+            "agent_revision": agent.revision,
+            "arguments": call.call.arguments,
+        }
+        return self._key.digest(identity)
+
+
+def _run_state(call: CallInFlight, agent: LoadedAgent) -> dict[str, Any]:
+    """What continues exactly this call, by reference: the call's item (by turn and call id) and
+    the pinned agent; nothing a runtime dependency provides."""
+    return {
+        "turn_id": call.context.turn_id,
+        "call_id": call.call.call_id,
+        "agent_version": agent.version,
+        "agent_revision": agent.revision,
+        "server_label": agent.name,
+    }
+
