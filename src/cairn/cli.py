@@ -1,4 +1,4 @@
-"""The `cairn` command: serve, worker, keys, db, blobs, snapshots, doctor, demo.
+"""The `cairn` command: serve, worker, keys, approvals, db, blobs, snapshots, doctor, demo.
 
 Every subcommand runs its async work with `anyio.run`; errors a user can fix end in a
 one-line message and exit status 2, never a traceback.
@@ -25,7 +25,7 @@ from cairn.config import Settings, check_seconds
 from cairn.errors import CairnError
 from cairn.snapshots import SnapshotStore
 from cairn.store.db import Database
-from cairn.store.keys import ROLES, create_key, list_keys, revoke_key
+from cairn.store.keys import ROLES, create_key, list_keys, revoke_key, set_role
 from cairn.store.migrate import current_revision, head_revision, upgrade
 
 __all__ = ["main"]
@@ -158,6 +158,11 @@ async def _keys(args: argparse.Namespace, settings: Settings) -> None:
             elif args.keys_command == "list":
                 for key in await list_keys(conn):
                     print(json.dumps({"id": key.id, "tenant": key.tenant, "role": key.role, "revoked": key.revoked_at is not None}))
+            elif args.keys_command == "set-role":
+                changed = await set_role(conn, args.key_id, args.role)
+                if changed is None:
+                    raise CairnError(f"no live key with id {args.key_id!r}", code="not_found")
+                print(json.dumps({"id": changed.id, "tenant": changed.tenant, "role": changed.role}))
             elif not await revoke_key(conn, args.key_id):
                 raise CairnError(f"no live key with id {args.key_id!r}", code="not_found")
     finally:
@@ -241,6 +246,13 @@ def _parser() -> argparse.ArgumentParser:
     keys_sub.add_parser("list", parents=[common], help="list keys (never their secrets)")
     revoke = keys_sub.add_parser("revoke", parents=[common], help="revoke a key by id")
     revoke.add_argument("key_id")
+    set_role_parser = keys_sub.add_parser("set-role", parents=[common], help="give a key another role")
+    set_role_parser.add_argument("key_id")
+    set_role_parser.add_argument("role", choices=ROLES)
+
+    from cairn.approvals_cli import add_approval_commands
+
+    add_approval_commands(sub)
 
     db = sub.add_parser("db", parents=[common], help="database schema")
     db_sub = db.add_subparsers(dest="db_command", required=True)
@@ -296,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             anyio.run(_worker, settings)
         elif args.command == "keys":
             anyio.run(_keys, args, settings)
+        elif args.command == "approvals":
+            args.run(args, settings)
         elif args.command == "db":
             anyio.run(_db, args, settings)
         elif args.command == "blobs":

@@ -15,7 +15,8 @@ from typing import Any
 from cairn.engine.events import item_event, session_event, turn_event
 from cairn.engine.journal import Transaction
 from cairn.engine.wire import render_usage
-from cairn.states import ApprovalReason, ItemStatus, SessionStatus, TurnStatus
+from cairn.errors import AgentVersionError
+from cairn.states import ApprovalReason, ApprovalStatus, ItemStatus, SessionStatus, TurnStatus
 from cairn.store.approvals import close_approvals
 from cairn.store.items import ItemRecord, insert_item, new_item, transition_item, turn_items
 from cairn.store.jobs import enqueue_job
@@ -113,6 +114,18 @@ async def interrupt_open_items(tx: Transaction, turn: TurnRecord, note: str) -> 
             await close_open_item(tx, item, note)
 
 
+async def _close_turn_approvals(tx: Transaction, turn: TurnRecord, status: TurnStatus, error: dict[str, str] | None) -> None:
+    """The turn's calls will never run: what was held for a decision, or approved and not yet
+    started, is closed with it. A turn that fails because its pinned agent version is gone or
+    changed invalidates them as needing migration (docs/approvals.md)."""
+    if status == TurnStatus.CANCELLED:
+        await close_approvals(tx.conn, ApprovalReason.SESSION_CANCELLED, turn_id=turn.id)
+    elif error is not None and error.get("code") == AgentVersionError.default_code:
+        await close_approvals(tx.conn, ApprovalReason.MIGRATION_REQUIRED, to=ApprovalStatus.INVALIDATED, turn_id=turn.id)
+    else:
+        await close_approvals(tx.conn, ApprovalReason.TURN_FAILED, turn_id=turn.id)
+
+
 async def close_turn(
     tx: Transaction, turn: TurnRecord, status: TurnStatus, *, error: dict[str, str] | None = None
 ) -> TurnRecord:
@@ -120,10 +133,7 @@ async def close_turn(
     `StatusConflictError` if another writer moved the turn since it was read."""
     if status != TurnStatus.COMPLETED:
         await interrupt_open_items(tx, turn, f"turn {status}")
-        # Its calls will never run: what was held for a decision, or approved and not yet
-        # started, is closed with the turn.
-        reason = ApprovalReason.SESSION_CANCELLED if status == TurnStatus.CANCELLED else ApprovalReason.TURN_FAILED
-        await close_approvals(tx.conn, reason, turn_id=turn.id)
+        await _close_turn_approvals(tx, turn, status, error)
     closed = await transition_turn(tx.conn, turn, status, error=error, completed_at=time.time(), lease_token=None)
     if turn.status == TurnStatus.WAITING:
         await drop_required_actions(tx.conn, turn.id)

@@ -205,10 +205,16 @@ async def mark_started(conn: Connection, approval: ApprovalRecord) -> ApprovalRe
 
 
 async def close_approvals(
-    conn: Connection, reason: ApprovalReason, *, turn_id: str | None = None, session_id: str | None = None
+    conn: Connection,
+    reason: ApprovalReason,
+    *,
+    to: ApprovalStatus = ApprovalStatus.REVOKED,
+    turn_id: str | None = None,
+    session_id: str | None = None,
 ) -> list[ApprovalRecord]:
-    """Revoke every approval of a turn (or of a whole session) whose call can no longer run:
-    pending ones, and approved ones that have not started. Returns them as they are now."""
+    """End every approval of a turn (or of a whole session) whose call can no longer run:
+    pending ones, and approved ones that have not started (`revoked`, or `to`). Returns them
+    as they are now."""
     if (turn_id is None) == (session_id is None):
         raise InvalidRequestError("close approvals of one turn or of one session")
     scope = approvals.c.turn_id == turn_id if turn_id is not None else approvals.c.session_id == session_id
@@ -217,7 +223,7 @@ async def close_approvals(
         sa.and_(approvals.c.status == ApprovalStatus.APPROVED, approvals.c.started_at.is_(None)),
     )
     rows = (await conn.execute(sa.select(approvals).where(scope, open_))).all()
-    return [await transition_approval(conn, _record(r), ApprovalStatus.REVOKED, reason=reason, unstarted=True) for r in rows]
+    return [await transition_approval(conn, _record(r), to, reason=reason, unstarted=True) for r in rows]
 
 
 async def due_for_expiry(conn: Connection, *, limit: int) -> list[ApprovalRecord]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from cairn.blobs import BlobStore
 from cairn.config import Settings
+from cairn.engine.approvals import ApprovalGate
 from cairn.engine.environment import Environments
 from cairn.engine.journal import Journal
 from cairn.engine.loop import TurnRunner
@@ -108,6 +109,8 @@ class EngineHarness:
         self.sandbox = FakeSandbox()
         self._runtime: Runtime | None = None
         self.agents = LoadedAgents()
+        # Whether calls go through the approvals gate (`cairn.engine.approvals`), as in a deployment.
+        self.gated = False
         self.turn_ids: dict[str, str] = {}  # each session's first turn
 
     @property
@@ -119,17 +122,21 @@ class EngineHarness:
         self, policies: ToolPolicies | None = None, *, resolve: Callable[[str], Model] | None = None, agents: LoadedAgents | None = None
     ) -> Runtime:
         """Open a runtime on the data dir, as a (re)started process would; with `agents`, the
-        operator's agents it loaded (else those of the last runtime opened)."""
+        operator's agents it loaded (else those of the last runtime opened). With `gated`
+        set, and no `policies`, its gate is the deployment's: the approvals gate."""
         if agents is not None:
             self.agents = agents
         db = Database(self.settings.resolved_database_url)
         await upgrade(db)
         notifier = Notifier()
+        journal = Journal(db, notifier)
+        if policies is None and self.gated:
+            policies = ToolPolicies(gate=ApprovalGate(journal, self.agents, self.settings))
         self._runtime = Runtime(
             settings=self.settings,
             db=db,
             notifier=notifier,
-            journal=Journal(db, notifier),
+            journal=journal,
             sandbox=self.sandbox,
             blobs=BlobStore(self.settings.blobs_dir),
             environments=Environments(self.settings.workspaces_dir, self.sandbox, open_snapshot_store(SnapshotStoreConfig(backend="none")), db),
