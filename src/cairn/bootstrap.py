@@ -32,6 +32,7 @@ from cairn.operator import LoadedAgents, load_agents
 from cairn.sandbox import select_backend
 from cairn.snapshots import SnapshotStore, SnapshotStoreConfig, open_snapshot_store
 from cairn.store.db import Database
+from cairn.store.jobs import has_claimable_job
 from cairn.store.migrate import check_schema
 from cairn.worker.background import run_periodically, supervise
 from cairn.worker.service import WorkerService
@@ -41,6 +42,14 @@ __all__ = ["build_runtime", "build_snapshot_store", "load_operator_agents", "ope
 log = logging.getLogger(__name__)
 
 _WAL_CHECKPOINT_INTERVAL_S = 1.0
+# How often a process with workers looks whether another process committed to SQLite.
+_SQLITE_WATCH_INTERVAL_S = 0.005
+
+
+async def _wake_for_jobs(runtime: Runtime) -> None:
+    """Another connection committed: wake the job loop if there is a job to claim now."""
+    if await has_claimable_job(runtime.db):
+        runtime.notifier.job_queued()
 
 
 def build_snapshot_store(settings: Settings) -> SnapshotStore:
@@ -130,6 +139,11 @@ async def running(runtime: Runtime, *, workers: int) -> AsyncIterator[WorkerServ
             tg.start_soon(supervise, "change-listener", listen, name="change-listener")
         service = WorkerService(runtime, concurrency=workers) if workers > 0 else None
         if service is not None:
+            if db.is_sqlite:
+                # Another process's queued job (a decision in an API-only server, say) is claimed
+                # within milliseconds instead of at the next poll.
+                watch = partial(db.watch_commits, partial(_wake_for_jobs, runtime), interval_s=_SQLITE_WATCH_INTERVAL_S)
+                tg.start_soon(supervise, "sqlite-job-watch", watch, name="sqlite-job-watch")
             service.start(tg)
         yield service
         tg.cancel_scope.cancel()

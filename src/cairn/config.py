@@ -76,8 +76,6 @@ class Settings:
         check_seconds(self.blob_gc_grace_s, "CAIRN_BLOB_GC_GRACE_S")
         check_seconds(self.job_retry_delay_s, "CAIRN_JOB_RETRY_DELAY_S")
         check_seconds(self.drain_grace_s, "CAIRN_DRAIN_GRACE_S")
-        if not check_seconds(self.poll_interval_s, "CAIRN_POLL_INTERVAL_S") > 0:
-            raise InvalidRequestError("CAIRN_POLL_INTERVAL_S must be more than 0", param="CAIRN_POLL_INTERVAL_S")
         check_seconds(self.approval_ttl_s, "CAIRN_APPROVAL_TTL_S")
         check_seconds(self.approval_expiry_check_s, "CAIRN_APPROVAL_EXPIRY_CHECK_S")
         if self.job_max_attempts < 1:
@@ -119,7 +117,6 @@ class Settings:
                 job_retry_delay_s=float(environ.get("CAIRN_JOB_RETRY_DELAY_S", self.job_retry_delay_s)),
                 drain_grace_s=float(environ.get("CAIRN_DRAIN_GRACE_S", self.drain_grace_s)),
                 workers=int(environ.get("CAIRN_WORKERS", self.workers)),
-                poll_interval_s=float(environ.get("CAIRN_POLL_INTERVAL_S", self.poll_interval_s)),
                 openai_base_url=self.openai_base_url or environ.get("OPENAI_BASE_URL"),
                 openai_api_key=self.openai_api_key or environ.get("OPENAI_API_KEY"),
                 openai_api=environ.get("CAIRN_OPENAI_API", self.openai_api),

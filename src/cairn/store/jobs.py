@@ -33,6 +33,7 @@ __all__ = [
     "claim_job",
     "complete_job",
     "enqueue_job",
+    "has_claimable_job",
     "park_job",
     "release_job",
     "renew_lease",
@@ -102,6 +103,13 @@ def _claimable(db: Database) -> sa.ColumnElement[bool]:
     expired = sa.and_(jobs.c.status == JobStatus.RUNNING, jobs.c.lease_expires_at < now)
     due = sa.and_(jobs.c.status == JobStatus.QUEUED, sa.or_(jobs.c.run_after.is_(None), jobs.c.run_after <= now))
     return sa.and_(sa.or_(due, expired), ~session_busy)
+
+
+async def has_claimable_job(db: Database) -> bool:
+    """Whether a claim would find a job now; a read, which takes no write lock."""
+    async with db.read() as conn:
+        found = await conn.execute(sa.select(jobs.c.id).where(_claimable(db)).limit(1))
+        return found.first() is not None
 
 
 async def claim_job(db: Database, *, owner: str, lease_s: float) -> Job | None:
