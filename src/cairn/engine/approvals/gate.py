@@ -80,11 +80,14 @@ class ApprovalGate(GatePolicy):
         session = call.context.session
         if session.agent_version is None:
             return PROCEED  # not an operator agent's session: nothing asks for approval
+        pinned = self._pinned(call)
+        if pinned is not None and not pinned.may_need_approval(call.tool.name):
+            return PROCEED  # no call of this tool ever needs one: no approval to look up
         async with self._journal.transaction(session.id) as tx:
             approval = await get_call_approval(tx.conn, call.context.turn_id, call.call.call_id)
             if approval is not None:
                 return await self._decided(tx, call, approval)
-            agent = self._pinned(call)
+            agent = pinned
             if agent is None:
                 # Fail closed: without its agent nobody can say whether the call needs approval.
                 return Finish(ToolResult(error=f"the agent version {session.agent_version} this session is pinned to is not "

@@ -317,3 +317,12 @@ async def test_an_unknown_or_foreign_approval_is_not_found_and_nothing_changes(e
         with pytest.raises(NotFoundError):
             await decide(engine.runtime.journal, decider, approval_id, DecisionRequest(Decision.APPROVE))
     assert await approval_of(engine, approval.turn_id, approval.call_id) == approval
+
+
+async def test_a_tool_whose_calls_never_need_approval_runs_without_one(engine: EngineHarness) -> None:
+    engine.script([{"call": "read_file", "arguments": {"path": "notes.txt"}}, {"say": "done"}])
+    await open_gated(engine, release_agents())
+    session_id = await engine.create_session(agent_id="release-agent", files={"notes.txt": "hello\n"})
+    await engine.run_job()
+    assert await approvals(engine, session_id) == []
+    assert (await engine.session(session_id)).status == "idle"
