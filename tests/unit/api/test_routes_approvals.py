@@ -3,11 +3,6 @@ the error envelope, and that a refused request changes nothing stored."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -65,17 +60,10 @@ class _never_entered:  # noqa: N801 - stands in for the process context, which t
 
 
 @pytest.fixture
-async def api() -> AsyncIterator[Api]:
-    root = Path(tempfile.mkdtemp(prefix="cairn-api-approvals-"))
-    os.chmod(root, 0o711)
-    engine = EngineHarness(root)
+async def api(engine: EngineHarness) -> Api:
     engine.gated = True
-    await engine.open(agents=release_agents())
-    try:
-        yield Api(engine)
-    finally:
-        await engine.close()
-        shutil.rmtree(root)
+    await engine.restart(agents=release_agents())
+    return Api(engine)
 
 
 async def _held(api: Api, *paths: str) -> tuple[str, list[Any]]:

@@ -1,20 +1,18 @@
 """The engine's fixtures: `runtime`, a runtime built by the composition root on a real SQLite
-database (default sandbox, scripted models); `engine`, a fresh data dir with a restartable
-runtime on it and a fake sandbox (`harness.EngineHarness`)."""
+database (default sandbox, scripted models); `executed`, the paths the file tools really
+touched (the side effects of a turn). `engine` (`tests/unit/conftest.py`) is a fresh data
+dir with a restartable runtime on it and a fake sandbox."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import AsyncIterator
-from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cairn.engine.runtime import Runtime
+from cairn.engine.tools import workspace as workspace_tools
 from tests.runtimes import scratch_runtime
-from tests.unit.engine.harness import EngineHarness
 
 
 @pytest.fixture
@@ -24,14 +22,14 @@ async def runtime() -> AsyncIterator[Runtime]:
 
 
 @pytest.fixture
-async def engine() -> AsyncIterator[EngineHarness]:
-    # Under /tmp, not pytest's 0700 tree: a sandbox's account must reach the workspace.
-    root = Path(tempfile.mkdtemp(prefix="cairn-engine-"))
-    os.chmod(root, 0o711)
-    harness = EngineHarness(root)
-    await harness.open()
-    try:
-        yield harness
-    finally:
-        await harness.close()
-        shutil.rmtree(root)
+def executed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths file tools really touched, in order."""
+    touched: list[str] = []
+    run = workspace_tools._run_parsed
+
+    async def counting(parsed: Any, files: Any) -> str:
+        touched.append(parsed.path)
+        return await run(parsed, files)
+
+    monkeypatch.setattr(workspace_tools, "_run_parsed", counting)
+    return touched

@@ -36,19 +36,6 @@ from tests.waits import until
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def executed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The paths file tools really touched, in order: the side effects."""
-    touched: list[str] = []
-    run = workspace_tools._run_parsed
-
-    async def counting(parsed: Any, files: Any) -> str:
-        touched.append(parsed.path)
-        return await run(parsed, files)
-
-    monkeypatch.setattr(workspace_tools, "_run_parsed", counting)
-    return touched
-
 
 async def _held(engine: EngineHarness, *paths: str, **agent: Any) -> tuple[str, list[ApprovalRecord]]:
     """A pinned session whose first step writes `paths`, run until it waits for their approvals."""

@@ -12,7 +12,6 @@ from cairn.engine.loop import release_hold
 from cairn.engine.loop.waiting import wait_for_holds
 from cairn.engine.sessions import SessionService
 from cairn.engine.tools import Hold, ToolPolicies
-from cairn.engine.tools import workspace as workspace_tools
 from tests.unit.engine.harness import EngineHarness, PathGate
 
 pytestmark = pytest.mark.anyio
@@ -27,19 +26,6 @@ def _step(tool: str) -> dict[str, Any]:
 
     return {"calls": [call("a.txt"), call(HELD), call("c.txt")]}
 
-
-@pytest.fixture
-def executed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The paths file tools really touched, in order."""
-    touched: list[str] = []
-    run = workspace_tools._run_parsed
-
-    async def counting(parsed: Any, files: Any) -> str:
-        touched.append(parsed.path)
-        return await run(parsed, files)
-
-    monkeypatch.setattr(workspace_tools, "_run_parsed", counting)
-    return touched
 
 
 # write_file: the step's calls are recorded, then run; read_file: they run ahead of their record.
