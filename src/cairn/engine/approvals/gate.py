@@ -36,8 +36,9 @@ from cairn.engine.journal import Journal, Transaction
 from cairn.engine.tools.base import ApprovalView, Hold, ToolResult
 from cairn.engine.tools.gate import GatePolicy
 from cairn.engine.tools.pipeline import PROCEED, CallInFlight, Finish, Verdict
+from cairn.errors import CairnMisuseError
 from cairn.ids import new_approval_id
-from cairn.operator import LoadedAgent, LoadedAgents
+from cairn.operator import ApprovalRequirement, LoadedAgent, LoadedAgents
 from cairn.states import ApprovalReason, ApprovalStatus
 from cairn.store.approvals import (
     ApprovalRecord,
@@ -83,44 +84,31 @@ class ApprovalGate(GatePolicy):
         pinned = self._pinned(call)
         if pinned is not None and not pinned.may_need_approval(call.tool.name):
             return PROCEED  # no call of this tool ever needs one: no approval to look up
-        async with self._journal.transaction(session.id) as tx:
-            approval = await get_call_approval(tx.conn, call.context.turn_id, call.call.call_id)
-            if approval is not None:
-                return await self._decided(tx, call, approval)
-            agent = pinned
-            if agent is None:
+        key = await self._load_key()
+        async with self._journal.db.read() as conn:
+            held = await get_call_approval(conn, call.context.turn_id, call.call.call_id) is not None
+        record: ApprovalRecord | None = None
+        ttl_s = self._settings.approval_ttl_s
+        if not held:
+            if pinned is None:
                 # Fail closed: without its agent nobody can say whether the call needs approval.
                 return Finish(ToolResult(error=f"the agent version {session.agent_version} this session is pinned to is not "
                                                "loaded by this worker (or has changed); the call did not run"))
-            requirement = agent.approval_for(call.tool.name, call.call.arguments)
+            # The operator's policy and review run outside any transaction: they are its code.
+            requirement = pinned.approval_for(call.tool.name, call.call.arguments)
             if requirement is None:
                 return PROCEED
-            record = ApprovalRecord(
-                id=new_approval_id(),
-                tenant=session.tenant,
-                session_id=session.id,
-                turn_id=call.context.turn_id,
-                call_id=call.call.call_id,
-                tool_name=call.tool.name,
-                review=dict(requirement.review),
-                summary=requirement.summary,
-                arguments_digest=await self._digest(call, agent),
-                agent_version=agent.version,
-                agent_revision=agent.revision,
-                approvers=sorted(requirement.approvers),
-                run_state=_run_state(call, agent),
-                run_state_version=RUN_STATE_VERSION,
-                status=ApprovalStatus.PENDING,
-                reason=None,
-                message=None,
-                created_at=0.0,
-                expires_at=0.0,
-            )
-            ttl_s = requirement.ttl_s if requirement.ttl_s is not None else self._settings.approval_ttl_s
-            approval = await insert_approval(tx.conn, record, ttl_s=ttl_s)
-            log.info("approval %s: %s call %s of session %s held for a decision", approval.id, approval.tool_name,
-                     approval.call_id, approval.session_id)
-            return approval_request(approval)
+            record = _new_record(call, pinned, requirement, _digest(key, call, pinned))
+            ttl_s = requirement.ttl_s if requirement.ttl_s is not None else ttl_s
+        async with self._journal.transaction(session.id) as tx:
+            approval = await get_call_approval(tx.conn, call.context.turn_id, call.call.call_id)
+            if approval is None:
+                if record is None:
+                    raise CairnMisuseError(f"the approval of call {call.call.call_id} is gone from the database")
+                approval = await insert_approval(tx.conn, record, ttl_s=ttl_s)
+                log.info("approval %s: %s call %s of session %s held for a decision", approval.id, approval.tool_name,
+                         approval.call_id, approval.session_id)
+            return await self._decided(tx, call, approval, key)
 
     async def vouches_for_rerun(self, call: CallInFlight) -> bool:
         async with self._journal.db.read() as conn:
@@ -129,7 +117,7 @@ class ApprovalGate(GatePolicy):
 
     # -- a call that already has its approval --------------------------------------------
 
-    async def _decided(self, tx: Transaction, call: CallInFlight, approval: ApprovalRecord) -> Verdict:
+    async def _decided(self, tx: Transaction, call: CallInFlight, approval: ApprovalRecord, key: ApprovalKey) -> Verdict:
         if approval.status == ApprovalStatus.PENDING:
             if await database_time(tx.conn) < approval.expires_at:
                 return approval_request(approval)
@@ -139,7 +127,7 @@ class ApprovalGate(GatePolicy):
         if approval.is_started:
             return Finish(ToolResult(error=f"the approved call was already started once (approval {approval.id}); "
                                            "it is not run again"))
-        failure = await self._recheck(tx, call, approval)
+        failure = await self._recheck(tx, call, approval, key)
         if failure is not None:
             status, reason = failure
             return await self._end(tx, approval, status, reason)
@@ -154,7 +142,7 @@ class ApprovalGate(GatePolicy):
         return PROCEED
 
     async def _recheck(
-        self, tx: Transaction, call: CallInFlight, approval: ApprovalRecord
+        self, tx: Transaction, call: CallInFlight, approval: ApprovalRecord, key: ApprovalKey
     ) -> tuple[ApprovalStatus, ApprovalReason] | None:
         """What no longer holds for an approved call about to run, or None when all does."""
         session = call.context.session
@@ -171,12 +159,12 @@ class ApprovalGate(GatePolicy):
             return ApprovalStatus.INVALIDATED, ApprovalReason.MIGRATION_REQUIRED
         if approval.run_state != _run_state(call, agent):
             return ApprovalStatus.INVALIDATED, ApprovalReason.RUN_STATE_MISMATCH
-        if approval.arguments_digest != await self._digest(call, agent):
+        if approval.arguments_digest != _digest(key, call, agent):
             return ApprovalStatus.INVALIDATED, ApprovalReason.DIGEST_MISMATCH
         requirement = agent.approval_for(call.tool.name, call.call.arguments)
         approvers = requirement.approvers if requirement is not None else frozenset(approval.approvers)
-        key = await get_key(tx.conn, approval.decided_by) if approval.decided_by is not None else None
-        if key is None or key.revoked_at is not None or key.tenant != approval.tenant or key.role not in approvers:
+        decider = await get_key(tx.conn, approval.decided_by) if approval.decided_by is not None else None
+        if decider is None or decider.revoked_at is not None or decider.tenant != approval.tenant or decider.role not in approvers:
             return ApprovalStatus.INVALIDATED, ApprovalReason.APPROVER_LOST_RIGHTS
         return None
 
@@ -195,22 +183,54 @@ class ApprovalGate(GatePolicy):
         agent = self._agents.get(session.agent_version) if session.agent_version is not None else None
         return agent if agent is not None and agent.revision == session.agent_revision else None
 
-    async def _digest(self, call: CallInFlight, agent: LoadedAgent) -> str:
+    async def _load_key(self) -> ApprovalKey:
+        """The deployment's digest key, read (or made) once per process, off the event loop."""
         if self._key is None:
             self._key = await run_sync(ApprovalKey.of, self._settings)
-        session = call.context.session
-        identity = {
-            "tenant": session.tenant,
-            "session_id": session.id,
-            "turn_id": call.context.turn_id,
-            "call_id": call.call.call_id,
-            "tool": call.tool.name,
-            "tool_schema": schema_hash(call.tool.name, call.tool.spec.parameters),
-            "agent_version": agent.version,
-            "agent_revision": agent.revision,
-            "arguments": call.call.arguments,
-        }
-        return self._key.digest(identity)
+        return self._key
+
+
+def _digest(key: ApprovalKey, call: CallInFlight, agent: LoadedAgent) -> str:
+    """The digest of the call as recorded: who, where, which tool and schema, which agent, what arguments."""
+    session = call.context.session
+    identity = {
+        "tenant": session.tenant,
+        "session_id": session.id,
+        "turn_id": call.context.turn_id,
+        "call_id": call.call.call_id,
+        "tool": call.tool.name,
+        "tool_schema": schema_hash(call.tool.name, call.tool.spec.parameters),
+        "agent_version": agent.version,
+        "agent_revision": agent.revision,
+        "arguments": call.call.arguments,
+    }
+    return key.digest(identity)
+
+
+def _new_record(call: CallInFlight, agent: LoadedAgent, requirement: ApprovalRequirement, digest: str) -> ApprovalRecord:
+    """A pending approval of `call`, as `requirement` asks for it (its times are set when stored)."""
+    session = call.context.session
+    return ApprovalRecord(
+        id=new_approval_id(),
+        tenant=session.tenant,
+        session_id=session.id,
+        turn_id=call.context.turn_id,
+        call_id=call.call.call_id,
+        tool_name=call.tool.name,
+        review=dict(requirement.review),
+        summary=requirement.summary,
+        arguments_digest=digest,
+        agent_version=agent.version,
+        agent_revision=agent.revision,
+        approvers=sorted(requirement.approvers),
+        run_state=_run_state(call, agent),
+        run_state_version=RUN_STATE_VERSION,
+        status=ApprovalStatus.PENDING,
+        reason=None,
+        message=None,
+        created_at=0.0,
+        expires_at=0.0,
+    )
 
 
 def _run_state(call: CallInFlight, agent: LoadedAgent) -> dict[str, Any]:
