@@ -146,6 +146,8 @@ def test_workspaces_are_made_and_removed_by_workers_not_the_api_server(deploymen
     EventTail(deployment.api, session_id).until(lambda e: e["type"] in TERMINAL, timeout_s=120)
     assert (workspace / "in.txt").read_bytes() == b"seed\n"
     assert deployment.http.delete(f"{SESSIONS}/{session_id}").status_code == 200
-    until_blocking(lambda: not workspace.exists(), "a worker to remove the deleted session's workspace", timeout_s=60)
-    [(status,)] = deployment.query("SELECT status FROM jobs WHERE session_id = :s AND kind = 'remove_workspace'", s=session_id)
-    assert status == "done"
+    removal = "SELECT status FROM jobs WHERE session_id = :s AND kind = 'remove_workspace'"
+    # The job ends after the files are gone: wait for it, then look at the files.
+    until_blocking(lambda: deployment.query(removal, s=session_id) == [("done",)], "a worker to finish the removal job",
+                   timeout_s=60, seen=lambda: deployment.query(removal, s=session_id))
+    assert not workspace.exists()
