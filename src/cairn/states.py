@@ -30,6 +30,8 @@ __all__ = [
     "EnvironmentStatus",
     "ItemStatus",
     "JobStatus",
+    "LEDGER_TRANSITIONS",
+    "LedgerStatus",
     "SessionStatus",
     "Transitions",
     "TurnStatus",
@@ -94,6 +96,17 @@ class ApprovalReason(StrEnum):
     SESSION_CANCELLED = "session_cancelled"  # the turn was cancelled before the call ran
     TURN_FAILED = "turn_failed"  # the turn failed before the call ran
     SESSION_DELETED = "session_deleted"
+
+
+class LedgerStatus(StrEnum):
+    """The idempotency record of one side effect (design §1, invariant 5)."""
+
+    RESERVED = "reserved"  # claimed by a worker; the tool has not started
+    EXECUTING = "executing"  # the tool may have started: its outcome is not known until recorded
+    SUCCEEDED = "succeeded"
+    FAILED_RETRYABLE = "failed_retryable"
+    FAILED_TERMINAL = "failed_terminal"
+    UNCERTAIN = "uncertain"  # the outcome cannot be known: no automatic retry, a person decides
 
 
 class EnvironmentStatus(StrEnum):
@@ -197,5 +210,22 @@ APPROVAL_TRANSITIONS = _table(
         # An approved call that has not started can still be revoked, run out of time, or
         # fail a check at execution time; once started it stays approved.
         _A.APPROVED: [_A.REVOKED, _A.EXPIRED, _A.INVALIDATED],
+    },
+)
+
+_L = LedgerStatus
+LEDGER_TRANSITIONS = _table(
+    "ledger entry",
+    [_L.RESERVED],
+    {
+        # reserved → reserved: a worker takes over a reservation whose holder died before
+        # the tool started.
+        _L.RESERVED: [_L.RESERVED, _L.EXECUTING],
+        # executing → executing: never (an unknown outcome is never run again); a dead
+        # holder's entry is probed or becomes uncertain.
+        _L.EXECUTING: [_L.SUCCEEDED, _L.FAILED_RETRYABLE, _L.FAILED_TERMINAL, _L.UNCERTAIN],
+        _L.FAILED_RETRYABLE: [_L.RESERVED, _L.FAILED_TERMINAL],
+        # Only a person (or a probe's later answer through them) settles an uncertain effect.
+        _L.UNCERTAIN: [_L.SUCCEEDED, _L.FAILED_TERMINAL],
     },
 )

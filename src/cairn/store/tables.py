@@ -16,6 +16,7 @@ __all__ = [
     "idempotency_keys",
     "items",
     "jobs",
+    "ledger_entries",
     "metadata",
     "required_actions",
     "session_files",
@@ -245,4 +246,37 @@ approvals = sa.Table(
     sa.Index("ix_approvals_tenant_created", "tenant", "created_at", "id"),
     sa.Index("ix_approvals_session_id", "session_id"),
     sa.Index("ix_approvals_status_expires", "status", "expires_at"),
+)
+
+# One row per side effect, keyed by an operation key the model never chooses (design §1,
+# invariant 5). No foreign key to the session: entries outlive it for a retention period.
+ledger_entries = sa.Table(
+    "ledger_entries",
+    metadata,
+    sa.Column("operation_key", sa.String(128), primary_key=True),
+    sa.Column("tenant", sa.String(128), nullable=False),
+    sa.Column("session_id", sa.String(64), nullable=False),
+    sa.Column("turn_id", sa.String(64), nullable=False),
+    sa.Column("call_id", sa.String(128), nullable=False),
+    sa.Column("approval_id", sa.String(64), nullable=True),
+    sa.Column("tool_name", sa.String(64), nullable=False),
+    sa.Column("arguments_digest", sa.String(64), nullable=False),
+    sa.Column("status", sa.String(24), nullable=False),
+    # Executions started (reserved -> executing), for the retry limit.
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    # The job claim (its lease token) that holds the entry; its job's lease says whether it lives.
+    sa.Column("holder_token", sa.BigInteger, nullable=True),
+    # failed_retryable: not claimed again before this time (database clock).
+    sa.Column("retry_after", sa.Float, nullable=True),
+    # The stored result: {"output": ...} or {"blob": sha256, "size": n} for a large one.
+    sa.Column("result", sa.JSON, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    # Why the entry is uncertain, or how it was resolved, for the person who reads it.
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("resolved_by", sa.String(64), nullable=True),
+    sa.Column("reuses", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Index("ix_ledger_entries_tenant_status", "tenant", "status"),
+    sa.Index("ix_ledger_entries_session", "session_id"),
 )

@@ -1,0 +1,269 @@
+"""The idempotency ledger: one entry per side effect, claimed and settled under a job's lease.
+
+An entry is keyed by an operation key the engine derives (never the model), stores the
+digest of the arguments it was claimed with, and moves through `LEDGER_TRANSITIONS`
+(cairn/states.py). Claiming is one atomic step: an `INSERT … ON CONFLICT DO NOTHING` makes the
+first claimant the holder; everyone else reads the entry under its row lock (PostgreSQL) or
+the database's write lock (SQLite) and learns what to do (`Claim`).
+
+The holder is a job claim, named by its lease token. Whether a holder still lives is its
+job's lease, on the database clock: a dead holder's `reserved` entry is taken over (the tool
+never started); its `executing` entry is not (the outcome is unknown: probe, or `uncertain`).
+Every transition a worker makes presents its token and holds only while that token's job is
+still running: a worker whose job was taken over changes nothing (fencing; design invariant 5).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from cairn.errors import InvalidRequestError, StatusConflictError
+from cairn.states import LEDGER_TRANSITIONS, JobStatus, LedgerStatus
+from cairn.store.db import Connection
+from cairn.store.pages import Order, Page, fetch_page
+from cairn.store.tables import jobs, ledger_entries
+
+__all__ = [
+    "Claim",
+    "ClaimKind",
+    "LedgerEntry",
+    "Operation",
+    "claim_operation",
+    "get_entry",
+    "list_entries",
+    "resolve_entry",
+    "settle_entry",
+    "start_execution",
+]
+
+_L = LedgerStatus
+_SETTLED = frozenset({_L.SUCCEEDED, _L.FAILED_TERMINAL})
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    operation_key: str
+    tenant: str
+    session_id: str
+    turn_id: str
+    call_id: str
+    approval_id: str | None
+    tool_name: str
+    arguments_digest: str
+    status: LedgerStatus
+    attempts: int
+    holder_token: int | None
+    retry_after: float | None
+    result: Mapping[str, Any] | None
+    error: str | None
+    reason: str | None
+    resolved_by: str | None
+    reuses: int
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """What a claim is for: the entry a first claim creates."""
+
+    operation_key: str
+    tenant: str
+    session_id: str
+    turn_id: str
+    call_id: str
+    approval_id: str | None
+    tool_name: str
+    arguments_digest: str
+
+
+class ClaimKind(StrEnum):
+    RUN = "run"  # this claimant holds the entry: start it (start_execution) and run the tool
+    REUSE = "reuse"  # succeeded before: its stored result is the call's result
+    FAILED = "failed"  # failed_terminal: its error is the call's result
+    WAIT = "wait"  # another live worker holds it, or a retry is not due yet
+    PROBE = "probe"  # its holder died while the tool ran: ask the tool whether it happened
+    UNCERTAIN = "uncertain"  # nobody knows whether it happened; a person must resolve it
+    CONFLICT = "conflict"  # the same key was claimed with other arguments: never run
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    kind: ClaimKind
+    entry: LedgerEntry
+
+
+def _entry(row: sa.Row[Any]) -> LedgerEntry:
+    values = {c: getattr(row, c) for c in LedgerEntry.__slots__}
+    values["status"] = LedgerStatus(values["status"])
+    return LedgerEntry(**values)
+
+
+def _job_running(token: Any, now: sa.ColumnElement[float] | None) -> sa.Exists:
+    """The job claim named by `token` still runs (and, with `now`, its lease has not run out)."""
+    condition = [jobs.c.lease_token == token, jobs.c.status == JobStatus.RUNNING]
+    if now is not None:
+        condition.append(jobs.c.lease_expires_at >= now)
+    return sa.select(jobs.c.id).where(*condition).exists()
+
+
+def _insert_first(conn: Connection, values: Mapping[str, Any]) -> sa.Insert:
+    """An INSERT that does nothing when the key exists (both dialects spell it the same)."""
+    if conn.dialect.name == "postgresql":
+        return postgresql.insert(ledger_entries).values(**values).on_conflict_do_nothing(index_elements=["operation_key"])
+    return sqlite.insert(ledger_entries).values(**values).on_conflict_do_nothing(index_elements=["operation_key"])
+
+
+async def claim_operation(
+    conn: Connection, operation: Operation, *, token: int, now: sa.ColumnElement[float], max_attempts: int
+) -> Claim:
+    """Claim `operation` for the job claim `token`, in the caller's write transaction.
+
+    Run the tool only on `ClaimKind.RUN`, and only after `start_execution` has committed.
+    """
+    stamp = time.time()
+    first = {
+        **{f: getattr(operation, f) for f in Operation.__slots__},
+        "status": _L.RESERVED,
+        "holder_token": token,
+        "created_at": stamp,
+        "updated_at": stamp,
+    }
+    if (await conn.execute(_insert_first(conn, first))).rowcount == 1:
+        entry = await get_entry(conn, operation.operation_key)
+        assert entry is not None
+        return Claim(ClaimKind.RUN, entry)
+    holder_alive = sa.and_(ledger_entries.c.holder_token.is_not(None), _job_running(ledger_entries.c.holder_token, now))
+    retry_due = sa.or_(ledger_entries.c.retry_after.is_(None), ledger_entries.c.retry_after <= now)
+    stmt = sa.select(ledger_entries, holder_alive.label("holder_alive"), retry_due.label("retry_due")).where(
+        ledger_entries.c.operation_key == operation.operation_key
+    )
+    if conn.dialect.name == "postgresql":
+        stmt = stmt.with_for_update(of=ledger_entries)
+    row = (await conn.execute(stmt)).one()
+    entry = _entry(row)
+    if entry.arguments_digest != operation.arguments_digest or entry.tenant != operation.tenant:
+        return Claim(ClaimKind.CONFLICT, entry)
+    if entry.status == _L.SUCCEEDED:
+        reused = await _update(conn, entry, {"reuses": ledger_entries.c.reuses + 1})
+        return Claim(ClaimKind.REUSE, reused)
+    if entry.status == _L.FAILED_TERMINAL:
+        return Claim(ClaimKind.FAILED, entry)
+    if entry.status == _L.UNCERTAIN:
+        return Claim(ClaimKind.UNCERTAIN, entry)
+    if entry.holder_token == token:
+        # This very claim holds it already (its pipeline runs the call again).
+        return Claim(ClaimKind.PROBE if entry.status == _L.EXECUTING else ClaimKind.RUN, entry)
+    if entry.status == _L.FAILED_RETRYABLE:
+        if entry.attempts >= max_attempts:
+            message = f"{entry.error or 'it failed'} (gave up after {entry.attempts} attempts)"
+            return Claim(ClaimKind.FAILED, await _move(conn, entry, _L.FAILED_TERMINAL, None, {"error": message}))
+        if not row.retry_due:
+            return Claim(ClaimKind.WAIT, entry)
+        return Claim(ClaimKind.RUN, await _move(conn, entry, _L.RESERVED, None, {"holder_token": token, "retry_after": None}))
+    if row.holder_alive:
+        return Claim(ClaimKind.WAIT, entry)
+    if entry.status == _L.RESERVED:
+        # Its holder died before the tool started: nothing happened, take it over.
+        return Claim(ClaimKind.RUN, await _move(conn, entry, _L.RESERVED, None, {"holder_token": token}))
+    # executing, holder gone: the outcome is unknown. The claimant probes; it becomes the holder
+    # so that the probe's answer is fenced like any other transition.
+    return Claim(ClaimKind.PROBE, await _update(conn, entry, {"holder_token": token}))
+
+
+async def _update(conn: Connection, entry: LedgerEntry, values: Mapping[str, Any]) -> LedgerEntry:
+    stmt = (
+        sa.update(ledger_entries)
+        .where(ledger_entries.c.operation_key == entry.operation_key, ledger_entries.c.status == entry.status)
+        .values(**values, updated_at=time.time())
+        .returning(ledger_entries)
+    )
+    row = (await conn.execute(stmt)).first()
+    if row is None:
+        raise StatusConflictError(f"ledger entry {entry.operation_key} is no longer {entry.status}")
+    return _entry(row)
+
+
+async def _move(
+    conn: Connection, entry: LedgerEntry, to: LedgerStatus, token: int | None, values: Mapping[str, Any]
+) -> LedgerEntry:
+    """Move `entry` from the status it was read in to `to`; with `token`, only while that job
+    claim holds the entry and its job still runs (`StatusConflictError` otherwise)."""
+    LEDGER_TRANSITIONS.check(entry.status, to)
+    conditions = [ledger_entries.c.operation_key == entry.operation_key, ledger_entries.c.status == entry.status]
+    if token is not None:
+        conditions += [ledger_entries.c.holder_token == token, _job_running(token, None)]
+    stmt = (
+        sa.update(ledger_entries).where(*conditions).values(**values, status=to, updated_at=time.time()).returning(ledger_entries)
+    )
+    row = (await conn.execute(stmt)).first()
+    if row is None:
+        raise StatusConflictError(
+            f"ledger entry {entry.operation_key} is no longer {entry.status} under job claim {token}; not moved to {to}"
+        )
+    return _entry(row)
+
+
+async def start_execution(conn: Connection, entry: LedgerEntry, *, token: int) -> LedgerEntry:
+    """reserved → executing, committed before the tool starts: from here on a crash leaves an
+    unknown outcome, never a second run."""
+    return await _move(conn, entry, _L.EXECUTING, token, {"attempts": ledger_entries.c.attempts + 1})
+
+
+async def settle_entry(
+    conn: Connection,
+    entry: LedgerEntry,
+    to: LedgerStatus,
+    *,
+    token: int,
+    result: Mapping[str, Any] | None = None,
+    error: str | None = None,
+    reason: str | None = None,
+    retry_after: sa.ColumnElement[float] | None = None,
+) -> LedgerEntry:
+    """executing → succeeded | failed_retryable | failed_terminal | uncertain, by its holder."""
+    values: dict[str, Any] = {"result": result, "error": error, "reason": reason}
+    if retry_after is not None:
+        values["retry_after"] = retry_after
+    return await _move(conn, entry, to, token, values)
+
+
+async def resolve_entry(
+    conn: Connection, entry: LedgerEntry, *, by: str, result: Mapping[str, Any] | None = None, error: str | None = None
+) -> LedgerEntry:
+    """A person settles an `uncertain` entry: succeeded with `result`, or failed with `error`."""
+    to = _L.SUCCEEDED if error is None else _L.FAILED_TERMINAL
+    return await _move(conn, entry, to, None, {"result": result, "error": error, "resolved_by": by})
+
+
+async def get_entry(conn: Connection, operation_key: str, *, tenant: str | None = None) -> LedgerEntry | None:
+    stmt = sa.select(ledger_entries).where(ledger_entries.c.operation_key == operation_key)
+    if tenant is not None:
+        stmt = stmt.where(ledger_entries.c.tenant == tenant)
+    row = (await conn.execute(stmt)).first()
+    return None if row is None else _entry(row)
+
+
+async def list_entries(
+    conn: Connection, tenant: str, *, status: LedgerStatus | None, after: str | None, order: Order, limit: int
+) -> Page[LedgerEntry]:
+    """A tenant's entries, oldest first or last, optionally of one status; `after` is an operation key."""
+    after_key = None
+    if after is not None:
+        anchor = await get_entry(conn, after, tenant=tenant)
+        if anchor is None:
+            raise InvalidRequestError(f"unknown operation key in `after`: {after}", param="after")
+        after_key = (anchor.created_at, anchor.operation_key)
+    stmt = sa.select(ledger_entries).where(ledger_entries.c.tenant == tenant)
+    if status is not None:
+        stmt = stmt.where(ledger_entries.c.status == status)
+    key = (ledger_entries.c.created_at, ledger_entries.c.operation_key)
+    page = await fetch_page(conn, stmt, key, after=after_key, order=order, limit=limit)
+    return Page([_entry(r) for r in page.data], page.has_more)
