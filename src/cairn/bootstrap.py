@@ -22,6 +22,7 @@ from cairn.engine.approvals import ApprovalGate
 from cairn.engine.environment import Environments
 from cairn.engine.idle import persist_all_workspaces
 from cairn.engine.journal import Journal, wake_on_topic
+from cairn.engine.ledger import LedgerReserve
 from cairn.engine.notifier import Notifier
 from cairn.engine.runtime import Runtime
 from cairn.engine.tools import ToolPolicies
@@ -83,18 +84,22 @@ def build_runtime(settings: Settings, db: Database, agents: LoadedAgents | None 
     journal = Journal(db, notifier)
     if agents is None:
         agents = load_operator_agents(settings)
+    blobs = BlobStore(settings.blobs_dir)
+    # Every side-effecting call runs under the idempotency ledger (docs/ledger.md); the gate
+    # hands it the approved calls that may already have run.
+    ledger = LedgerReserve(db, blobs, settings)
     return Runtime(
         settings=settings,
         db=db,
         notifier=notifier,
         journal=journal,
         sandbox=sandbox,
-        blobs=BlobStore(settings.blobs_dir),
+        blobs=blobs,
         environments=Environments(settings.workspaces_dir, sandbox, build_snapshot_store(settings), db),
         resolve_model=partial(resolve_model, settings=settings),
         check_model=partial(check_model_name, settings=settings),
         # A call that its agent says needs a person's approval waits for one (docs/approvals.md).
-        tool_policies=ToolPolicies(gate=ApprovalGate(journal, agents, settings)),
+        tool_policies=ToolPolicies(gate=ApprovalGate(journal, agents, settings, reserve=ledger), reserve=ledger),
         agents=agents,
     )
 

@@ -63,6 +63,15 @@ class Settings:
     # The secret that keys approval digests (hex); default: `approval.key` in the data dir,
     # made on first use. Every worker of one database must have the same (docs/approvals.md).
     approval_key: str | None = None
+    # The idempotency ledger (docs/ledger.md): executions of one side-effecting call at most
+    # (a tool's `max_attempts` overrides it), the first retry's delay (doubling each time), the
+    # largest result kept in the entry itself (a larger one goes to the blob store), how long
+    # a settled entry is kept once its turn is over, and how often workers sweep older ones.
+    ledger_max_attempts: int = 3
+    ledger_retry_delay_s: float = 1.0
+    ledger_result_inline_bytes: int = 64 * 1024
+    ledger_retention_s: float = 7 * 86400.0
+    ledger_sweep_interval_s: float = 3600.0
     # OpenAI-compatible endpoint for `openai:` and plain model names.
     openai_base_url: str | None = None
     openai_api_key: str | None = None
@@ -78,6 +87,13 @@ class Settings:
         check_seconds(self.drain_grace_s, "CAIRN_DRAIN_GRACE_S")
         check_seconds(self.approval_ttl_s, "CAIRN_APPROVAL_TTL_S")
         check_seconds(self.approval_expiry_check_s, "CAIRN_APPROVAL_EXPIRY_CHECK_S")
+        check_seconds(self.ledger_retry_delay_s, "CAIRN_LEDGER_RETRY_DELAY_S")
+        check_seconds(self.ledger_retention_s, "CAIRN_LEDGER_RETENTION_S")
+        check_seconds(self.ledger_sweep_interval_s, "CAIRN_LEDGER_SWEEP_INTERVAL_S")
+        if self.ledger_max_attempts < 1:
+            raise InvalidRequestError("CAIRN_LEDGER_MAX_ATTEMPTS must be 1 or more", param="CAIRN_LEDGER_MAX_ATTEMPTS")
+        if self.ledger_result_inline_bytes < 0:
+            raise InvalidRequestError("CAIRN_LEDGER_RESULT_INLINE_BYTES must be 0 or more", param="CAIRN_LEDGER_RESULT_INLINE_BYTES")
         if self.job_max_attempts < 1:
             raise InvalidRequestError("CAIRN_JOB_MAX_ATTEMPTS must be 1 or more", param="CAIRN_JOB_MAX_ATTEMPTS")
 
@@ -133,6 +149,11 @@ class Settings:
                 approval_ttl_s=float(environ.get("CAIRN_APPROVAL_TTL_S", self.approval_ttl_s)),
                 approval_expiry_check_s=float(environ.get("CAIRN_APPROVAL_EXPIRY_CHECK_S", self.approval_expiry_check_s)),
                 approval_key=self.approval_key or environ.get("CAIRN_APPROVAL_KEY"),
+                ledger_max_attempts=int(environ.get("CAIRN_LEDGER_MAX_ATTEMPTS", self.ledger_max_attempts)),
+                ledger_retry_delay_s=float(environ.get("CAIRN_LEDGER_RETRY_DELAY_S", self.ledger_retry_delay_s)),
+                ledger_result_inline_bytes=int(environ.get("CAIRN_LEDGER_RESULT_INLINE_BYTES", self.ledger_result_inline_bytes)),
+                ledger_retention_s=float(environ.get("CAIRN_LEDGER_RETENTION_S", self.ledger_retention_s)),
+                ledger_sweep_interval_s=float(environ.get("CAIRN_LEDGER_SWEEP_INTERVAL_S", self.ledger_sweep_interval_s)),
             )
         except ValueError as exc:
             raise InvalidRequestError(f"bad CAIRN_* setting: {exc}") from exc

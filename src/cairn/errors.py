@@ -21,7 +21,9 @@ envelope of spec §1.5 from its fields; nothing else decides a status code.
         ├── ModelError                 the model provider failed
         ├── WorkspaceError             workspace files could not be read or written
         ├── BlobStoreError             artifact content could not be stored, found or collected
-        └── LeaseLostError             a worker's job lease was taken over (fencing)
+        ├── LeaseLostError             a worker's job lease was taken over (fencing)
+        └── RetryableToolError         raised by an operator's tool: it failed, nothing took effect,
+                                       and trying again may succeed (the ledger retries it)
     CairnMisuseError (RuntimeError)    a bug: Cairn used its own API wrongly
     └── IllegalTransitionError         a status move that its entity's table forbids (cairn.states)
 """
@@ -47,6 +49,7 @@ __all__ = [
     "NotFoundError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
+    "RetryableToolError",
     "SandboxError",
     "ServerError",
     "StatusConflictError",
@@ -177,6 +180,16 @@ class BlobStoreError(ServerError):
 
 class LeaseLostError(ServerError):
     default_code = "lease_lost"
+    default_retryable = True
+
+
+class RetryableToolError(ServerError):
+    """Raised by an operator's tool (`cairn.RetryableToolError`): this attempt failed without
+    taking effect, and the same call may succeed later (a 503 from the deploy API). The
+    idempotency ledger runs the call again after a backoff, up to its attempt limit; any
+    other exception, or a returned error, fails the call for good (docs/ledger.md)."""
+
+    default_code = "tool_failed_retryable"
     default_retryable = True
 
 

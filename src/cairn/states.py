@@ -219,11 +219,13 @@ LEDGER_TRANSITIONS = _table(
     [_L.RESERVED],
     {
         # reserved → reserved: a worker takes over a reservation whose holder died before
-        # the tool started.
-        _L.RESERVED: [_L.RESERVED, _L.EXECUTING],
+        # the tool started. reserved → failed_terminal: its turn ended before the tool
+        # started (cancelled, failed); nothing ran and nothing will.
+        _L.RESERVED: [_L.RESERVED, _L.EXECUTING, _L.FAILED_TERMINAL],
         # executing → executing: never (an unknown outcome is never run again); a dead
-        # holder's entry is probed or becomes uncertain.
-        _L.EXECUTING: [_L.SUCCEEDED, _L.FAILED_RETRYABLE, _L.FAILED_TERMINAL, _L.UNCERTAIN],
+        # holder's entry is probed or becomes uncertain. executing → reserved: only on the
+        # tool's own probe saying the effect did not happen, so the call may run again.
+        _L.EXECUTING: [_L.RESERVED, _L.SUCCEEDED, _L.FAILED_RETRYABLE, _L.FAILED_TERMINAL, _L.UNCERTAIN],
         _L.FAILED_RETRYABLE: [_L.RESERVED, _L.FAILED_TERMINAL],
         # Only a person (or a probe's later answer through them) settles an uncertain effect.
         _L.UNCERTAIN: [_L.SUCCEEDED, _L.FAILED_TERMINAL],

@@ -1,4 +1,5 @@
-"""Blob garbage collection: frees artifact content that no artifact row references.
+"""Blob garbage collection: frees artifact content that no artifact row references (nor a
+ledger entry, whose large results are blobs too: `cairn.engine.ledger.results`).
 
 Deleting an artifact, or a session with its artifacts, deletes rows only; the bytes live in
 the content-addressed blob store, where one blob serves every artifact with that content
@@ -50,7 +51,8 @@ from cairn.engine.runtime import Runtime
 from cairn.errors import BlobStoreError, CairnError
 from cairn.store.artifacts import referenced_digests
 from cairn.store.blob_locks import hold_sweep_lock
-from cairn.store.db import Database
+from cairn.store.db import Connection, Database
+from cairn.store.ledger import referenced_result_blobs
 
 __all__ = ["BlobGcReport", "collect_blob_garbage", "sweep_blob_garbage"]
 
@@ -118,12 +120,18 @@ async def collect_blob_garbage(db: Database, blobs: BlobStore, *, grace_s: float
     return tally.report()
 
 
+async def _referenced(conn: Connection, digests: list[str]) -> set[str]:
+    """Those of `digests` an artifact or a ledger entry references."""
+    found = await referenced_digests(conn, digests)
+    return found | await referenced_result_blobs(conn, [d for d in digests if d not in found])
+
+
 async def _sweep(db: Database, blobs: BlobStore, batch: dict[str, int], cutoff: float, tally: _Tally) -> None:
     """Delete the blobs of one batch (digest -> size) that no artifact references."""
     # Most old blobs are referenced: rule them out without the lock, so it is held only
     # for the re-check of the few that remain.
     async with db.read() as conn:
-        referenced = await referenced_digests(conn, list(batch))
+        referenced = await _referenced(conn, list(batch))
     candidates = [d for d in batch if d not in referenced]
     if not candidates:
         return
@@ -133,7 +141,7 @@ async def _sweep(db: Database, blobs: BlobStore, batch: dict[str, int], cutoff: 
         return
     async with db.write() as conn:
         await hold_sweep_lock(conn)
-        referenced = await referenced_digests(conn, candidates)
+        referenced = await _referenced(conn, candidates)
         digests = [d for d in candidates if d not in referenced]
         doomed, failures = await run_sync(_each_best_effort, partial(blobs.condemn, cutoff=cutoff), digests)
     tally.failures += failures

@@ -1,7 +1,8 @@
 """Turn and session transitions shared by the worker and the API.
 
-Closing a turn (completed, failed, cancelled), closing its open approvals, and moving the
-session on (to the next queued turn, or to idle) happen in one journal transaction, so the
+Closing a turn (completed, failed, cancelled), closing its open approvals and the ledger
+entries its calls left unsettled, and moving the session on (to the next queued turn, or to
+idle) happen in one journal transaction, so the
 log never shows a turn ending without the session's next state. These functions only write inside the
 caller's transaction, and move statuses only through the store's guarded transitions
 (`cairn.states`): a move made on a stale read fails instead of overwriting a newer state.
@@ -9,6 +10,7 @@ caller's transaction, and move statuses only through the store's guarded transit
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -20,6 +22,7 @@ from cairn.states import ApprovalReason, ApprovalStatus, ItemStatus, SessionStat
 from cairn.store.approvals import close_approvals
 from cairn.store.items import ItemRecord, insert_item, new_item, transition_item, turn_items
 from cairn.store.jobs import enqueue_job
+from cairn.store.ledger import close_turn_entries
 from cairn.store.required_actions import drop_required_actions
 from cairn.store.sessions import SessionRecord, get_session, transition_session, update_session
 from cairn.store.turns import TurnRecord, next_queued_turn, transition_turn
@@ -36,6 +39,8 @@ __all__ = [
     "queue_workspace_removal",
     "set_session_status",
 ]
+
+log = logging.getLogger(__name__)
 
 RUN_TURN = "run_turn"
 # Remove a deleted session's workspace and snapshots, on a worker (payload: the tenant).
@@ -134,6 +139,11 @@ async def close_turn(
     if status != TurnStatus.COMPLETED:
         await interrupt_open_items(tx, turn, f"turn {status}")
         await _close_turn_approvals(tx, turn, status, error)
+    # Its calls never run again: a reservation (one refused, say) or a retry never happens,
+    # and a tool cut short has an unknown outcome (uncertain, for a person to resolve).
+    uncertain = await close_turn_entries(tx.conn, turn.id)
+    if uncertain:
+        log.warning("turn %s %s while %d side effect(s) ran: their ledger entries are uncertain", turn.id, status, uncertain)
     closed = await transition_turn(tx.conn, turn, status, error=error, completed_at=time.time(), lease_token=None)
     if turn.status == TurnStatus.WAITING:
         await drop_required_actions(tx.conn, turn.id)

@@ -8,10 +8,11 @@ session the tools of its version, runs operator tools in the worker, and asks a
 agents; it runs nothing and imports nothing of the engine (docs/agents.md).
 """
 
-from cairn.errors import AgentDefinitionError, AgentVersionError
+from cairn.errors import AgentDefinitionError, AgentVersionError, RetryableToolError
 from cairn.operator.agent import Agent
 from cairn.operator.context import ApprovalView, ToolContext
 from cairn.operator.deps import RuntimeDeps
+from cairn.operator.effects import ProbeAnswer, ProbeVerdict
 from cairn.operator.loaded import BuiltinTools, LoadedAgent, LoadedAgents, revision_of
 from cairn.operator.loading import load_agents, load_registry
 from cairn.operator.policy import (
@@ -23,7 +24,7 @@ from cairn.operator.policy import (
     matching,
 )
 from cairn.operator.registry import AgentFactory, AgentRegistry
-from cairn.operator.tool import OperatorToolDef, tool
+from cairn.operator.tool import OperatorToolDef, SideEffect, tool
 
 __all__ = [
     "DEFAULT_APPROVERS",
@@ -40,7 +41,11 @@ __all__ = [
     "LoadedAgent",
     "LoadedAgents",
     "OperatorToolDef",
+    "ProbeAnswer",
+    "ProbeVerdict",
+    "RetryableToolError",
     "RuntimeDeps",
+    "SideEffect",
     "ToolContext",
     "commands_matching",
     "load_agents",

@@ -1,8 +1,9 @@
 """What an operator tool sees of the call it runs.
 
 `ToolContext` is the public view an operator's function receives as its first argument: whose
-call it is (tenant, session, turn, call id), the approval it runs under if it needed one, and
-the process's runtime dependencies. It is built afresh for each call in the worker that runs
+call it is (tenant, session, turn, call id), the approval it runs under if it needed one, the
+operation key the idempotency ledger runs a side-effecting call under, and the process's
+runtime dependencies. It is built afresh for each call in the worker that runs
 it and is never stored.
 """
 
@@ -36,3 +37,7 @@ class ToolContext:
     deps: RuntimeDeps
     # Set when the call needed an approval and runs because a person approved it.
     approval: ApprovalView | None = None
+    # Set for a `side_effect=True` tool: the key of its ledger entry, derived by Cairn (never
+    # by the model) and the same on every attempt of this call; pass it downstream as an
+    # `Idempotency-Key` so that the system doing the work deduplicates too (docs/ledger.md).
+    operation_key: str | None = None

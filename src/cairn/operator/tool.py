@@ -10,6 +10,9 @@ process (it is the operator's trusted code), never in the sandbox.
     @cairn.tool(needs_approval=True, side_effect=True, approvers=["approver"])
     async def deploy_release(ctx: cairn.ToolContext, release: str) -> str:
         \"\"\"Deploy a release to production.\"\"\"
+
+A `side_effect=True` tool runs under the idempotency ledger; `key=`, `probe=` and
+`max_attempts=` tell the ledger about its effect (`cairn.operator.effects`, docs/ledger.md).
 """
 
 from __future__ import annotations
@@ -30,15 +33,33 @@ from cairn._concurrency import run_sync
 from cairn._validation import validation_problems
 from cairn.errors import AgentDefinitionError, InvalidRequestError
 from cairn.operator.context import ToolContext
+from cairn.operator.effects import KeyFunction, Probe, ProbeAnswer
 from cairn.operator.hints import SUPPORTED, unsupported_part
-from cairn.operator.policy import ApprovalPolicy, Predicate, ReviewBuilder
+from cairn.operator.policy import ApprovalPolicy, Predicate, ReviewBuilder, callable_identity
 
-__all__ = ["OperatorToolDef", "tool"]
+__all__ = ["OperatorToolDef", "SideEffect", "tool"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class SideEffect:
+    """What the ledger knows of a `side_effect=True` tool's effect (`cairn.operator.effects`)."""
+
+    key: KeyFunction | None = None
+    probe: Probe | None = None
+    # Executions of one call at most (a `RetryableToolError` is retried up to it); None: the
+    # deployment's setting.
+    max_attempts: int | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """The part of the tool's description that changes its operation keys (for the revision):
+        only a key function does, and only a tool with one shows it, so a tool without keeps the
+        revision it had before the ledger existed."""
+        return {} if self.key is None else {"operation_key": callable_identity(self.key)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +78,15 @@ class OperatorToolDef(Generic[P, R]):
         *,
         policy: ApprovalPolicy,
         side_effect: bool,
+        effect: SideEffect | None = None,
     ) -> None:
         self.fn = fn
         self.name = _tool_name(fn)
         self.description = _description(fn, self.name)
         self.policy = policy
         self.side_effect = side_effect
+        # How the ledger treats the effect; None for a tool without one (side_effect=False).
+        self.effect = (effect or SideEffect()) if side_effect else None
         self.takes_context, parameters, fields = _signature(fn, self.name)
         self._parameters = parameters
         self._model, self.parameters = _arguments_model(self.name, fields)
@@ -98,6 +122,28 @@ class OperatorToolDef(Generic[P, R]):
             return typing.cast(R, await typing.cast(Awaitable[Any], fn(*args, **kwargs)))
         return typing.cast(R, await run_sync(fn, *args, **kwargs))
 
+    def target(self, parsed: BaseModel) -> Any:
+        """The call's target by the tool's `key=` function (None without one)."""
+        if self.effect is None or self.effect.key is None:
+            return None
+        return self.effect.key(self.keyword_arguments(parsed))
+
+    async def probe(self, ctx: ToolContext, parsed: BaseModel) -> ProbeAnswer | None:
+        """Ask the tool's probe whether the call took effect; None when it has no probe."""
+        if self.effect is None or self.effect.probe is None:
+            return None
+        probe: Callable[..., Any] = self.effect.probe
+        arguments = self.keyword_arguments(parsed)
+        if inspect.iscoroutinefunction(probe):
+            answer = await probe(ctx, arguments)
+        else:
+            answer = await run_sync(probe, ctx, arguments)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        if not isinstance(answer, ProbeAnswer):
+            raise InvalidRequestError(f"the probe of {self.name} returned {type(answer).__name__}, not a cairn.ProbeAnswer")
+        return answer
+
     @staticmethod
     def render_output(value: Any) -> str:
         """What the model reads: a string as it is, anything else as JSON."""
@@ -116,6 +162,7 @@ class OperatorToolDef(Generic[P, R]):
             "parameters": copy.deepcopy(self.parameters),
             "side_effect": self.side_effect,
             "approval": self.policy.describe(),
+            **(self.effect.describe() if self.effect is not None else {}),
         }
 
 
@@ -131,6 +178,9 @@ def tool(
     approval_ttl: float | timedelta | None = None,
     approvers: Iterable[str] | None = None,
     review: ReviewBuilder | None = None,
+    key: KeyFunction | None = None,
+    probe: Probe | None = None,
+    max_attempts: int | None = None,
 ) -> Callable[[Callable[P, R]], OperatorToolDef[P, R]]: ...
 
 
@@ -143,26 +193,50 @@ def tool(
     approval_ttl: float | timedelta | None = None,
     approvers: Iterable[str] | None = None,
     review: ReviewBuilder | None = None,
+    key: KeyFunction | None = None,
+    probe: Probe | None = None,
+    max_attempts: int | None = None,
 ) -> OperatorToolDef[P, R] | Callable[[Callable[P, R]], OperatorToolDef[P, R]]:
     """Make `fn` a tool; usable bare (`@cairn.tool`) or with options.
 
     `needs_approval`: True, False, or a predicate over the parsed arguments (a mapping of
-    parameter names to values). `side_effect`: the call changes something outside Cairn.
-    `approval_ttl`: how long an approval request stays open (seconds or a timedelta; default:
-    the deployment's). `approvers`: the roles that may decide (default admin and approver).
-    `review`: builds the redacted snapshot an approver sees from the parsed arguments
-    (default: the arguments)."""
+    parameter names to values). `side_effect`: the call changes something outside Cairn; it
+    runs under the idempotency ledger. `approval_ttl`: how long an approval request stays open
+    (seconds or a timedelta; default: the deployment's). `approvers`: the roles that may decide
+    (default admin and approver). `review`: builds the redacted snapshot an approver sees from
+    the parsed arguments (default: the arguments). For a side-effecting tool: `key`, the call's
+    target from its parsed arguments (part of its operation key); `probe`, whether a call whose
+    worker died took effect; `max_attempts`, executions of one call at most (default: the
+    deployment's)."""
 
     def decorate(function: Callable[P, R]) -> OperatorToolDef[P, R]:
         owner = f"tool {getattr(function, '__name__', function)!r}"
         if not isinstance(side_effect, bool):
             raise AgentDefinitionError(f"{owner}: side_effect must be True or False, not {side_effect!r}")
         policy = ApprovalPolicy.of(owner, needs_approval=needs_approval, approvers=approvers, approval_ttl=approval_ttl, review=review)
-        return OperatorToolDef(function, policy=policy, side_effect=side_effect)
+        effect = _side_effect(owner, side_effect, key=key, probe=probe, max_attempts=max_attempts)
+        return OperatorToolDef(function, policy=policy, side_effect=side_effect, effect=effect)
 
     if fn is not None:
         return decorate(fn)
     return decorate
+
+
+def _side_effect(
+    owner: str, side_effect: bool, *, key: KeyFunction | None, probe: Probe | None, max_attempts: int | None
+) -> SideEffect | None:
+    """The checked ledger options; they only mean something for a side-effecting tool."""
+    given = [name for name, value in (("key", key), ("probe", probe), ("max_attempts", max_attempts)) if value is not None]
+    if not side_effect:
+        if given:
+            raise AgentDefinitionError(f"{owner}: {given[0]}= describes a side effect; set side_effect=True")
+        return None
+    for name, value in (("key", key), ("probe", probe)):
+        if value is not None and not callable(value):
+            raise AgentDefinitionError(f"{owner}: {name} must be a function, not {value!r}")
+    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1):
+        raise AgentDefinitionError(f"{owner}: max_attempts must be a whole number, 1 or more, not {max_attempts!r}")
+    return SideEffect(key=key, probe=probe, max_attempts=max_attempts)
 
 
 def _tool_name(fn: Callable[..., Any]) -> str:

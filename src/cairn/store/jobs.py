@@ -161,12 +161,16 @@ async def complete_job(conn: Connection, job: Job, *, error: str | None = None) 
     return (await conn.execute(stmt)).rowcount == 1
 
 
-async def release_job(db: Database, job: Job) -> None:
-    """Hand an unfinished job back at once (graceful shutdown) instead of waiting for expiry;
-    the claim it was given back from does not count as an attempt."""
+async def release_job(db: Database, job: Job, *, delay_s: float = 0.0) -> None:
+    """Hand an unfinished job back (graceful shutdown) instead of waiting for expiry, claimable
+    again at once or after `delay_s` (a call deferred to a retry); the claim it was given back
+    from does not count as an attempt."""
     async with db.write() as conn:
+        run_after = db.now() + delay_s if delay_s > 0 else None
         await conn.execute(
-            _fenced(job, JobStatus.QUEUED).values(attempts=jobs.c.attempts - 1, lease_owner=None, lease_expires_at=None)
+            _fenced(job, JobStatus.QUEUED).values(
+                attempts=jobs.c.attempts - 1, lease_owner=None, lease_expires_at=None, run_after=run_after
+            )
         )
 
 

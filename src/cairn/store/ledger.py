@@ -11,12 +11,16 @@ job's lease, on the database clock: a dead holder's `reserved` entry is taken ov
 never started); its `executing` entry is not (the outcome is unknown: probe, or `uncertain`).
 Every transition a worker makes presents its token and holds only while that token's job is
 still running: a worker whose job was taken over changes nothing (fencing; design invariant 5).
+
+Outside the workers: a turn that ends closes what its calls left unsettled
+(`close_turn_entries`), a person resolves an `uncertain` entry (`resolve_entry`), and the
+retention sweep deletes settled entries of turns long over (`sweep_settled_entries`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -25,10 +29,10 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from cairn.errors import InvalidRequestError, StatusConflictError
-from cairn.states import LEDGER_TRANSITIONS, JobStatus, LedgerStatus
+from cairn.states import LEDGER_TRANSITIONS, JobStatus, LedgerStatus, TurnStatus
 from cairn.store.db import Connection
 from cairn.store.pages import Order, Page, fetch_page
-from cairn.store.tables import jobs, ledger_entries
+from cairn.store.tables import jobs, ledger_entries, turns
 
 __all__ = [
     "Claim",
@@ -36,15 +40,21 @@ __all__ = [
     "LedgerEntry",
     "Operation",
     "claim_operation",
+    "close_turn_entries",
     "get_entry",
     "list_entries",
+    "referenced_result_blobs",
+    "reopen_entry",
     "resolve_entry",
     "settle_entry",
     "start_execution",
+    "sweep_settled_entries",
 ]
 
 _L = LedgerStatus
 _SETTLED = frozenset({_L.SUCCEEDED, _L.FAILED_TERMINAL})
+# A turn that may still run its calls (queued ones have none yet).
+_ACTIVE_TURN = (TurnStatus.QUEUED, TurnStatus.IN_PROGRESS, TurnStatus.WAITING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +72,7 @@ class LedgerEntry:
     holder_token: int | None
     retry_after: float | None
     result: Mapping[str, Any] | None
+    result_blob: str | None
     error: str | None
     reason: str | None
     resolved_by: str | None
@@ -98,6 +109,8 @@ class ClaimKind(StrEnum):
 class Claim:
     kind: ClaimKind
     entry: LedgerEntry
+    # WAIT for a retry not due yet: how long until it is (database clock); None for a live holder.
+    wait_s: float | None = None
 
 
 def _entry(row: sa.Row[Any]) -> LedgerEntry:
@@ -142,9 +155,9 @@ async def claim_operation(
         return Claim(ClaimKind.RUN, entry)
     holder_alive = sa.and_(ledger_entries.c.holder_token.is_not(None), _job_running(ledger_entries.c.holder_token, now))
     retry_due = sa.or_(ledger_entries.c.retry_after.is_(None), ledger_entries.c.retry_after <= now)
-    stmt = sa.select(ledger_entries, holder_alive.label("holder_alive"), retry_due.label("retry_due")).where(
-        ledger_entries.c.operation_key == operation.operation_key
-    )
+    stmt = sa.select(
+        ledger_entries, holder_alive.label("holder_alive"), retry_due.label("retry_due"), now.label("now")
+    ).where(ledger_entries.c.operation_key == operation.operation_key)
     if conn.dialect.name == "postgresql":
         stmt = stmt.with_for_update(of=ledger_entries)
     row = (await conn.execute(stmt)).one()
@@ -166,7 +179,7 @@ async def claim_operation(
             message = f"{entry.error or 'it failed'} (gave up after {entry.attempts} attempts)"
             return Claim(ClaimKind.FAILED, await _move(conn, entry, _L.FAILED_TERMINAL, None, {"error": message}))
         if not row.retry_due:
-            return Claim(ClaimKind.WAIT, entry)
+            return Claim(ClaimKind.WAIT, entry, wait_s=max(0.0, float(entry.retry_after or 0) - float(row.now)))
         return Claim(ClaimKind.RUN, await _move(conn, entry, _L.RESERVED, None, {"holder_token": token, "retry_after": None}))
     if row.holder_alive:
         return Claim(ClaimKind.WAIT, entry)
@@ -217,6 +230,12 @@ async def start_execution(conn: Connection, entry: LedgerEntry, *, token: int) -
     return await _move(conn, entry, _L.EXECUTING, token, {"attempts": ledger_entries.c.attempts + 1})
 
 
+async def reopen_entry(conn: Connection, entry: LedgerEntry, *, token: int) -> LedgerEntry:
+    """executing → reserved, by its holder, when the tool's probe says the effect did not
+    happen: the call may run again (it is started like a fresh reservation)."""
+    return await _move(conn, entry, _L.RESERVED, token, {})
+
+
 async def settle_entry(
     conn: Connection,
     entry: LedgerEntry,
@@ -224,23 +243,87 @@ async def settle_entry(
     *,
     token: int,
     result: Mapping[str, Any] | None = None,
+    result_blob: str | None = None,
     error: str | None = None,
     reason: str | None = None,
     retry_after: sa.ColumnElement[float] | None = None,
 ) -> LedgerEntry:
     """executing → succeeded | failed_retryable | failed_terminal | uncertain, by its holder."""
-    values: dict[str, Any] = {"result": result, "error": error, "reason": reason}
+    values: dict[str, Any] = {"result": result, "result_blob": result_blob, "error": error, "reason": reason}
     if retry_after is not None:
         values["retry_after"] = retry_after
     return await _move(conn, entry, to, token, values)
 
 
 async def resolve_entry(
-    conn: Connection, entry: LedgerEntry, *, by: str, result: Mapping[str, Any] | None = None, error: str | None = None
+    conn: Connection,
+    entry: LedgerEntry,
+    *,
+    by: str,
+    result: Mapping[str, Any] | None = None,
+    result_blob: str | None = None,
+    error: str | None = None,
 ) -> LedgerEntry:
     """A person settles an `uncertain` entry: succeeded with `result`, or failed with `error`."""
     to = _L.SUCCEEDED if error is None else _L.FAILED_TERMINAL
-    return await _move(conn, entry, to, None, {"result": result, "error": error, "resolved_by": by})
+    values = {"result": result, "result_blob": result_blob, "error": error, "resolved_by": by}
+    return await _move(conn, entry, to, None, values)
+
+
+# What a turn's end makes of an entry it left unsettled: the call will never run again.
+_TURN_ENDED: dict[LedgerStatus, tuple[LedgerStatus, str, sa.ColumnElement[Any] | str]] = {
+    _L.RESERVED: (_L.FAILED_TERMINAL, "error", "its turn ended before the tool started; it did not run"),
+    _L.FAILED_RETRYABLE: (_L.FAILED_TERMINAL, "error", ledger_entries.c.error.concat(" (not retried: its turn ended)")),
+    _L.EXECUTING: (_L.UNCERTAIN, "reason", "its turn ended while the tool ran; whether it took effect is unknown"),
+}
+
+
+async def close_turn_entries(conn: Connection, turn_id: str) -> int:
+    """The turn ended (in the caller's transaction): its unsettled entries are settled as what
+    they now are. Nothing ran of a reservation; a retry will not happen; an execution cut
+    short has an unknown outcome (`uncertain`). Returns how many became uncertain."""
+    uncertain = 0
+    for source, (to, column, text) in _TURN_ENDED.items():
+        LEDGER_TRANSITIONS.check(source, to)
+        stmt = (
+            sa.update(ledger_entries)
+            .where(ledger_entries.c.turn_id == turn_id, ledger_entries.c.status == source)
+            .values({column: text, "status": to, "holder_token": None, "retry_after": None, "updated_at": time.time()})
+        )
+        changed = (await conn.execute(stmt)).rowcount
+        if to == _L.UNCERTAIN:
+            uncertain += changed
+    return uncertain
+
+
+async def referenced_result_blobs(conn: Connection, digests: Sequence[str]) -> set[str]:
+    """Those of `digests` that some entry stores its result in (the blob garbage collector
+    keeps them)."""
+    if not digests:
+        return set()
+    stmt = sa.select(ledger_entries.c.result_blob).where(ledger_entries.c.result_blob.in_(list(digests))).distinct()
+    return {str(d) for d in (await conn.execute(stmt)).scalars()}
+
+
+async def sweep_settled_entries(conn: Connection, *, settled_before: float, limit: int) -> int:
+    """Delete up to `limit` entries settled (succeeded, failed_terminal) before `settled_before`
+    whose turn is over or gone: its calls never run again, so nothing asks for them. An
+    `uncertain` entry is kept until a person resolves it. Returns how many were deleted."""
+    turn_active = (
+        sa.select(turns.c.id)
+        .where(turns.c.id == ledger_entries.c.turn_id, turns.c.status.in_(_ACTIVE_TURN))
+        .exists()
+    )
+    doomed = (
+        sa.select(ledger_entries.c.operation_key)
+        .where(ledger_entries.c.status.in_(_SETTLED), ledger_entries.c.updated_at < settled_before, ~turn_active)
+        .limit(limit)
+    )
+    keys = list((await conn.execute(doomed)).scalars())
+    if not keys:
+        return 0
+    await conn.execute(sa.delete(ledger_entries).where(ledger_entries.c.operation_key.in_(keys)))
+    return len(keys)
 
 
 async def get_entry(conn: Connection, operation_key: str, *, tenant: str | None = None) -> LedgerEntry | None:

@@ -270,6 +270,8 @@ ledger_entries = sa.Table(
     sa.Column("retry_after", sa.Float, nullable=True),
     # The stored result: {"output": ...} or {"blob": sha256, "size": n} for a large one.
     sa.Column("result", sa.JSON, nullable=True),
+    # The blob a large result is stored in (indexed: the blob garbage collector asks for it).
+    sa.Column("result_blob", sa.String(64), nullable=True),
     sa.Column("error", sa.Text, nullable=True),
     # Why the entry is uncertain, or how it was resolved, for the person who reads it.
     sa.Column("reason", sa.Text, nullable=True),
@@ -279,4 +281,6 @@ ledger_entries = sa.Table(
     sa.Column("updated_at", sa.Float, nullable=False),
     sa.Index("ix_ledger_entries_tenant_status", "tenant", "status"),
     sa.Index("ix_ledger_entries_session", "session_id"),
+    sa.Index("ix_ledger_entries_turn", "turn_id"),
+    sa.Index("ix_ledger_entries_result_blob", "result_blob"),
 )

@@ -8,6 +8,7 @@ is taken over by the job being claimed again, exactly as in a worker crash.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import anyio
 import pytest
@@ -23,11 +24,15 @@ from cairn.store.ledger import (
     LedgerEntry,
     Operation,
     claim_operation,
+    close_turn_entries,
     get_entry,
     list_entries,
+    referenced_result_blobs,
+    reopen_entry,
     resolve_entry,
     settle_entry,
     start_execution,
+    sweep_settled_entries,
 )
 from cairn.store.tables import jobs, ledger_entries
 
@@ -193,3 +198,57 @@ async def test_entries_are_listed_per_tenant_and_status(db: Database) -> None:
     assert [e.operation_key for e in first.data] == ["op_0", "op_1"] and first.has_more
     assert [e.operation_key for e in rest.data] == ["op_2"] and not rest.has_more
     assert none.data == []
+
+
+async def test_a_probe_that_found_nothing_reopens_the_entry_for_its_holder_only(db: Database) -> None:
+    job = await _job(db, "sess_1")
+    entry = await _start(db, (await _claim(db, job)).entry, job)
+    taken = await _die(db, job)
+    probe = (await _claim(db, taken)).entry
+    async with db.write() as conn:
+        with pytest.raises(StatusConflictError):
+            await reopen_entry(conn, probe, token=job.lease_token)  # the dead holder cannot
+        reopened = await reopen_entry(conn, probe, token=taken.lease_token)
+    assert (reopened.status, reopened.attempts) == (LedgerStatus.RESERVED, entry.attempts)
+    again = await _start(db, reopened, taken)
+    assert (again.status, again.attempts) == (LedgerStatus.EXECUTING, 2)
+
+
+async def test_a_retry_not_due_says_how_long_to_wait(db: Database) -> None:
+    job, other = await _job(db, "sess_1"), await _job(db, "sess_2")
+    entry = await _start(db, (await _claim(db, job)).entry, job)
+    await _settle(db, entry, job, LedgerStatus.FAILED_RETRYABLE, error="busy", retry_after=db.now() + 60)
+    wait = await _claim(db, other)
+    assert wait.kind is ClaimKind.WAIT and wait.wait_s is not None and 50 < wait.wait_s <= 60
+
+
+async def test_a_turn_that_ends_settles_what_its_calls_left(db: Database) -> None:
+    job = await _job(db, "sess_1")
+    keys = {"reserved": "op_r", "executing": "op_e", "retry": "op_f", "done": "op_d"}
+    claimed = {name: (await _claim(db, job, dataclasses.replace(OPERATION, operation_key=key))).entry for name, key in keys.items()}
+    for name in ("executing", "retry", "done"):
+        claimed[name] = await _start(db, claimed[name], job)
+    await _settle(db, claimed["retry"], job, LedgerStatus.FAILED_RETRYABLE, error="busy", retry_after=db.now())
+    await _settle(db, claimed["done"], job, LedgerStatus.SUCCEEDED, result={"output": "ok"})
+    async with db.write() as conn:
+        assert await close_turn_entries(conn, OPERATION.turn_id) == 1
+        after = {name: await get_entry(conn, key) for name, key in keys.items()}
+    shown = {name: (e.status, e.error or e.reason) for name, e in after.items() if e is not None}
+    assert shown == {
+        "reserved": (LedgerStatus.FAILED_TERMINAL, "its turn ended before the tool started; it did not run"),
+        "executing": (LedgerStatus.UNCERTAIN, "its turn ended while the tool ran; whether it took effect is unknown"),
+        "retry": (LedgerStatus.FAILED_TERMINAL, "busy (not retried: its turn ended)"),
+        "done": (LedgerStatus.SUCCEEDED, None),
+    }
+
+
+async def test_settled_entries_of_turns_that_are_over_are_swept_and_their_blobs_released(db: Database) -> None:
+    job = await _job(db, "sess_1")
+    entry = await _start(db, (await _claim(db, job)).entry, job)
+    await _settle(db, entry, job, LedgerStatus.SUCCEEDED, result={"blob": "b" * 64, "size": 9}, result_blob="b" * 64)
+    async with db.write() as conn:
+        assert await referenced_result_blobs(conn, ["b" * 64, "c" * 64]) == {"b" * 64}
+        # No turn row: the turn is gone (its session deleted). Too young first, then past its retention.
+        assert await sweep_settled_entries(conn, settled_before=0, limit=10) == 0
+        assert await sweep_settled_entries(conn, settled_before=time.time() + 1, limit=10) == 1
+        assert await referenced_result_blobs(conn, ["b" * 64]) == set()

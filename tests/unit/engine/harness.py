@@ -21,13 +21,14 @@ from cairn.config import Settings
 from cairn.engine.approvals import ApprovalGate
 from cairn.engine.environment import Environments
 from cairn.engine.journal import Journal
+from cairn.engine.ledger import LedgerReserve
 from cairn.engine.loop import TurnRunner
 from cairn.engine.loop.begin import TurnStart, begin_turn
 from cairn.engine.loop.recorder import TurnRecorder
 from cairn.engine.notifier import Notifier
 from cairn.engine.runtime import Runtime
 from cairn.engine.sessions import SessionService
-from cairn.engine.tools import PROCEED, GatePolicy, Hold, ToolContext, ToolPolicies, Verdict
+from cairn.engine.tools import PROCEED, AllowEveryCall, GatePolicy, Hold, ToolContext, ToolPolicies, Verdict
 from cairn.engine.tools.pipeline import CallInFlight
 from cairn.engine.wire import render_required_action
 from cairn.models.base import Model
@@ -122,27 +123,32 @@ class EngineHarness:
         self, policies: ToolPolicies | None = None, *, resolve: Callable[[str], Model] | None = None, agents: LoadedAgents | None = None
     ) -> Runtime:
         """Open a runtime on the data dir, as a (re)started process would; with `agents`, the
-        operator's agents it loaded (else those of the last runtime opened). With `gated`
-        set, and no `policies`, its gate is the deployment's: the approvals gate."""
+        operator's agents it loaded (else those of the last runtime opened). Without
+        `policies`, its reserve stage is the deployment's idempotency ledger, and with `gated`
+        set its gate is the deployment's too: the approvals gate."""
         if agents is not None:
             self.agents = agents
         db = Database(self.settings.resolved_database_url)
         await upgrade(db)
         notifier = Notifier()
         journal = Journal(db, notifier)
-        if policies is None and self.gated:
-            policies = ToolPolicies(gate=ApprovalGate(journal, self.agents, self.settings))
+        blobs = BlobStore(self.settings.blobs_dir)
+        if policies is None:
+            # As `cairn.bootstrap` builds them: the ledger always, the approvals gate when gated.
+            ledger = LedgerReserve(db, blobs, self.settings)
+            gate = ApprovalGate(journal, self.agents, self.settings, reserve=ledger) if self.gated else AllowEveryCall()
+            policies = ToolPolicies(gate=gate, reserve=ledger)
         self._runtime = Runtime(
             settings=self.settings,
             db=db,
             notifier=notifier,
             journal=journal,
             sandbox=self.sandbox,
-            blobs=BlobStore(self.settings.blobs_dir),
+            blobs=blobs,
             environments=Environments(self.settings.workspaces_dir, self.sandbox, open_snapshot_store(SnapshotStoreConfig(backend="none")), db),
             resolve_model=resolve or partial(resolve_model, settings=self.settings),
             check_model=partial(check_model_name, settings=self.settings),
-            tool_policies=policies or ToolPolicies(),
+            tool_policies=policies,
             agents=self.agents,
         )
         return self._runtime

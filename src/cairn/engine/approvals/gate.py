@@ -18,6 +18,10 @@ pinned to an operator agent, it asks the pinned version's `approval_for(tool, ar
   approval (`invalidated` or `expired`, with the reason), logs an audit line without the
   arguments, and finishes the call with why. Otherwise the approval is marked started (from
   then on it cannot be revoked) and the call proceeds with `ToolContext.approval` filled.
+- approved and already started: the call may have run. If the reserve stage covers it (the
+  idempotency ledger, keyed by the approval id), the call goes on to it with
+  `ToolContext.approval` filled, and the ledger decides: the stored result, a wait, or
+  `uncertain`; never a second execution. Otherwise it is finished as "not run again".
 
 After a crash the gate vouches for every call whose approval has not started: it never ran.
 """
@@ -36,6 +40,7 @@ from cairn.engine.journal import Journal, Transaction
 from cairn.engine.tools.base import ApprovalView, Hold, ToolResult
 from cairn.engine.tools.gate import GatePolicy
 from cairn.engine.tools.pipeline import PROCEED, CallInFlight, Finish, Verdict
+from cairn.engine.tools.reserve import ReserveNothing, ReservePolicy
 from cairn.errors import CairnMisuseError
 from cairn.ids import new_approval_id
 from cairn.operator import ApprovalRequirement, LoadedAgent, LoadedAgents
@@ -71,10 +76,13 @@ def approval_request(approval: ApprovalRecord) -> Hold:
 
 
 class ApprovalGate(GatePolicy):
-    def __init__(self, journal: Journal, agents: LoadedAgents, settings: Settings) -> None:
+    def __init__(self, journal: Journal, agents: LoadedAgents, settings: Settings, *, reserve: ReservePolicy | None = None) -> None:
         self._journal = journal
         self._agents = agents
         self._settings = settings
+        # The reserve stage after this gate: a call it covers is handed on to it even when its
+        # approval already started (it may have run; the reserve stage knows).
+        self._reserve = reserve if reserve is not None else ReserveNothing()
         self._key: ApprovalKey | None = None
 
     async def run(self, call: CallInFlight) -> Verdict:
@@ -125,8 +133,12 @@ class ApprovalGate(GatePolicy):
         if approval.status != ApprovalStatus.APPROVED:
             return Finish(ToolResult(error=explain(approval)))
         if approval.is_started:
-            return Finish(ToolResult(error=f"the approved call was already started once (approval {approval.id}); "
-                                           "it is not run again"))
+            if not self._reserve.covers(call):
+                return Finish(ToolResult(error=f"the approved call was already started once (approval {approval.id}); "
+                                               "it is not run again"))
+            # It may have run: the reserve stage's ledger, keyed by this approval, decides.
+            call.context = dataclasses.replace(call.context, approval=_view(approval))
+            return PROCEED
         failure = await self._recheck(tx, call, approval, key)
         if failure is not None:
             status, reason = failure
@@ -134,10 +146,7 @@ class ApprovalGate(GatePolicy):
         started = await mark_started(tx.conn, approval)
         if started is None:
             return Finish(ToolResult(error=f"approval {approval.id} was revoked before the call started; the tool did not run"))
-        assert started.decided_by is not None and started.decided_role is not None
-        view = ApprovalView(id=started.id, decided_by_key=started.decided_by, decided_role=started.decided_role,
-                            arguments_digest=started.arguments_digest)
-        call.context = dataclasses.replace(call.context, approval=view)
+        call.context = dataclasses.replace(call.context, approval=_view(started))
         log.info("approval %s: approved %s call %s starts", started.id, started.tool_name, started.call_id)
         return PROCEED
 
@@ -188,6 +197,13 @@ class ApprovalGate(GatePolicy):
         if self._key is None:
             self._key = await run_sync(ApprovalKey.of, self._settings)
         return self._key
+
+
+def _view(approval: ApprovalRecord) -> ApprovalView:
+    """What the tool sees of the started `approval` it runs under."""
+    assert approval.decided_by is not None and approval.decided_role is not None
+    return ApprovalView(id=approval.id, decided_by_key=approval.decided_by, decided_role=approval.decided_role,
+                        arguments_digest=approval.arguments_digest)
 
 
 def _digest(key: ApprovalKey, call: CallInFlight, agent: LoadedAgent) -> str:

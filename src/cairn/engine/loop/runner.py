@@ -3,9 +3,10 @@ or waits.
 
 First what the turn's last job left: after a crash, recovery closes what cannot run again;
 then the calls still open (held ones that were released, reads to run again, client calls)
-go through the pipeline. Then step after step (`Step`): if calls of a step are held, the
-turn waits (`cairn.engine.loop.waiting`) and the job ends; a step without calls completes
-the turn. Beside the steps run a watch for cancellation, which stops the step where it is,
+go through the pipeline. Then step after step (`Step`): if a call of a step is deferred (a
+retry's backoff), the job is handed back to be claimed again after the delay, by any
+worker, which takes the call up again; if calls of a step are held, the turn waits
+(`cairn.engine.loop.waiting`) and the job ends; a step without calls completes the turn. Beside the steps run a watch for cancellation, which stops the step where it is,
 and the periodic flush of stream deltas. A worker that drains (`stopping`) ends the turn's
 run at the next step boundary: the step is recorded, and the job is handed back at once for
 any worker to go on from the database. Every exit leaves the job completed, handed back, or
@@ -87,11 +88,18 @@ class TurnRunner:
             async with recorder.write() as tx:
                 for record in await recover_open_items(tx, recorder.turn, step.pipeline, step.call_in_flight):
                     recorder.remember(record)
-        holds = await step.run_calls(recorder.open_calls())
+        outcome = await step.run_calls(recorder.open_calls())
         while True:
-            if holds:
+            if outcome.deferred is not None:
+                # Before any hold: a retry due in seconds does not wait for a person. The held
+                # calls are asked again when the job comes back.
+                log.info("turn %s: a call is deferred (%s); its job comes back in %.1f s", recorder.turn.id,
+                         outcome.deferred.reason, outcome.deferred.delay_s)
+                await release_job(self.rt.db, recorder.job, delay_s=outcome.deferred.delay_s)
+                return
+            if outcome.holds:
                 async with recorder.write() as tx:
-                    if await wait_for_holds(tx, recorder.job, recorder.turn, holds):
+                    if await wait_for_holds(tx, recorder.job, recorder.turn, outcome.holds):
                         return
                     # The client answered while the other calls ran: take its results.
                     await recorder.reload_history(tx)
@@ -104,7 +112,6 @@ class TurnRunner:
             if not outcome.has_calls:
                 await self._complete(recorder)
                 return
-            holds = outcome.holds
 
     async def _complete(self, recorder: TurnRecorder) -> None:
         async with self.rt.db.read() as conn:

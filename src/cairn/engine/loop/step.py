@@ -6,7 +6,9 @@ in order. A step whose calls all only read the workspace runs them first: such a
 needs no record before it runs (running it again after a crash is harmless, and recovery
 does just that), so the step, its calls and their results are stored in one transaction,
 with the same events as if the calls had run after their record. A call the pipeline holds
-stays recorded and open; the step returns the holds and the runner makes the turn wait.
+stays recorded and open; the step returns the holds and the runner makes the turn wait. A
+call the pipeline defers (a retry's backoff) stays open too; the step's other calls still
+run, and the runner then hands the turn's job back to come again after the delay.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from cairn.engine.loop.recorder import TurnRecorder
 from cairn.engine.runtime import Runtime
 from cairn.engine.tools.base import Hold, Tool, ToolContext, ToolResult, recorded_call
 from cairn.engine.tools.build import build_pipeline
-from cairn.engine.tools.pipeline import CallInFlight, Pipeline
+from cairn.engine.tools.pipeline import CallInFlight, Defer, Pipeline
 from cairn.engine.tools.toolbox import Toolbox, workspace_tools
 from cairn.errors import CairnMisuseError, ModelError
 from cairn.models.base import Model, ModelRequest, ModelResponse, TextDelta, ToolCall
@@ -40,10 +42,12 @@ _MODEL_ATTEMPTS = 3
 
 @dataclass(frozen=True, slots=True)
 class StepOutcome:
-    """What a step left: whether the model called tools, and the calls held before running."""
+    """What a step (or a run of recorded calls) left: whether there were calls, the calls held
+    before running, and the soonest deferral of the calls deferred (None when none was)."""
 
     has_calls: bool
     holds: list[Hold]
+    deferred: Defer | None = None
 
 
 def session_toolbox(rt: Runtime, session: SessionRecord) -> Toolbox:
@@ -77,38 +81,49 @@ class Step:
         calls = response.tool_calls
         tools = [self.toolbox.get(call.name) for call in calls]
         if calls and all(tool.is_read_only for tool in tools):
-            return StepOutcome(True, await self._run_ahead(message, response, tools))
+            return await self._run_ahead(message, response, tools)
         items = await self.recorder.record_step(message, response, tools, None)
-        return StepOutcome(bool(calls), await self.run_calls(items))
+        return await self.run_calls(items)
 
-    async def run_calls(self, items: Sequence[ItemRecord]) -> list[Hold]:
-        """Take recorded calls through the pipeline, in order; returns those held."""
-        holds = []
+    async def run_calls(self, items: Sequence[ItemRecord]) -> StepOutcome:
+        """Take recorded calls through the pipeline, in order; returns those held and deferred."""
+        holds: list[Hold] = []
+        deferred: Defer | None = None
         for item in items:
-            hold = await self.pipeline.run(self.call_in_flight(item))
-            if hold is not None:
-                holds.append(hold)
-        return holds
+            stopped = await self.pipeline.run(self.call_in_flight(item))
+            if isinstance(stopped, Hold):
+                holds.append(stopped)
+            elif stopped is not None and (deferred is None or stopped.delay_s < deferred.delay_s):
+                deferred = stopped
+        return StepOutcome(bool(items), holds, deferred)
 
     def call_in_flight(self, item: ItemRecord) -> CallInFlight:
         """A recorded call, ready for the pipeline; its output streams to its item."""
         call = recorded_call(item)
         stream = functools.partial(self._stream_output, item)
-        return CallInFlight(call, self.toolbox.get(call.name), self._context(call, stream), item=item)
+        tool = self.toolbox.get(call.name)
+        return CallInFlight(call, tool, self._context(call, stream), item=item, lease_token=self.recorder.job.lease_token)
 
-    async def _run_ahead(self, message: ItemRecord | None, response: ModelResponse, tools: Sequence[Tool]) -> list[Hold]:
+    async def _run_ahead(self, message: ItemRecord | None, response: ModelResponse, tools: Sequence[Tool]) -> StepOutcome:
         calls = response.tool_calls
         try:
-            outcomes: list[ToolResult | Hold] = [
-                await self.pipeline.decide(CallInFlight(call, tool, self._context(call, _no_stream))) for call, tool in zip(calls, tools)
-            ]
+            outcomes = [await self._decide_ahead(call, tool) for call, tool in zip(calls, tools)]
         except Exception:
             # What the model asked for stays on record, as for a call run after its record:
             # the calls stay open and the turn's failure closes them.
             await self.recorder.record_step(message, response, tools, None)
             raise
         await self.recorder.record_step(message, response, tools, outcomes)
-        return [outcome for outcome in outcomes if isinstance(outcome, Hold)]
+        return StepOutcome(True, [outcome for outcome in outcomes if isinstance(outcome, Hold)])
+
+    async def _decide_ahead(self, call: ToolCall, tool: Tool) -> ToolResult | Hold:
+        """A read-only call's way through the stages before it is recorded. Nothing claims a
+        read-only call (its stages leave no settlement and never defer it)."""
+        in_flight = CallInFlight(call, tool, self._context(call, _no_stream), lease_token=self.recorder.job.lease_token)
+        outcome = await self.pipeline.decide(in_flight)
+        if isinstance(outcome, Defer) or in_flight.settlement is not None:
+            raise CairnMisuseError(f"the read-only call {call.call_id} ({tool.name}) was claimed or deferred before its record")
+        return outcome
 
     def _context(self, call: ToolCall, stream: Callable[[str], None]) -> ToolContext:
         return ToolContext(session=self.recorder.session, turn_id=self.recorder.turn.id, call_id=call.call_id, stream_output=stream)

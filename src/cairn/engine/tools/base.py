@@ -50,6 +50,9 @@ class ToolResult:
 
     output: str | None = None
     error: str | None = None
+    # The error is worth another attempt (the tool raised `cairn.RetryableToolError`): the
+    # idempotency ledger retries the call instead of recording the error.
+    retryable: bool = False
 
     @property
     def status(self) -> ItemStatus:
@@ -86,8 +89,9 @@ class Hold:
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
-    """What a tool sees of the call it runs: whose call it is, where its output goes, and the
-    approval it runs under (set by the gate when the call needed one)."""
+    """What a tool sees of the call it runs: whose call it is, where its output goes, the
+    approval it runs under (set by the gate when the call needed one) and the operation key
+    of its side effect (set by the ledger's reserve stage)."""
 
     session: SessionRecord
     turn_id: str
@@ -95,6 +99,7 @@ class ToolContext:
     # Streams a piece of output to the call's item while it runs (a command's output).
     stream_output: Callable[[str], None]
     approval: ApprovalView | None = None
+    operation_key: str | None = None
 
     @property
     def tenant(self) -> str:

@@ -4,15 +4,23 @@
 
 The first four stages decide what becomes of a call; each is a small object with one job
 behind the `Stage` interface, and answers `PROCEED` (on to the next stage), `Finish(result)`
-(the call's result is known: straight to `record`, nothing later runs), or a `Hold` (the
-call stops where it is, recorded and not executed, and the turn waits). `record` stores a
-result once, with its events, through the turn's fenced writer.
+(the call's result is known: straight to `record`, nothing later runs), a `Hold` (the call
+stops where it is, recorded and not executed, and the turn waits for a person or the
+client), or `Defer(delay_s)` (the call stays open and unrecorded, and the turn's job is
+handed back to run again after the delay, on any worker: a retry's backoff). `record`
+stores a result once, with its events, through the turn's fenced writer.
+
+A stage that claims something for the call (the ledger's entry) leaves a `Settlement` on
+it: once the call has a result, the settlement may turn it into a `Defer` (a failure worth
+retrying), and otherwise settles its claim inside the very transaction that records the
+result, so a worker that lost its lease can do neither.
 
 - validate: the tool exists and the arguments fit its schema (else a tool error).
 - gate: the deployment's `GatePolicy` may hold the call (an approval), refuse it (a result
   the model sees) or let it through; by default every call goes through.
 - reserve: the deployment's `ReservePolicy` may claim the call's side effect before it runs
-  (a ledger); by default nothing is claimed.
+  (the idempotency ledger: it may also finish the call with a stored result, hold it when
+  its outcome cannot be known, or defer it); by default nothing is claimed.
 - execute: the tool runs (a client tool's run is the client's round trip: a hold).
 
 A held call resumes by running the pipeline again: validation is a pure check of the
@@ -25,16 +33,28 @@ the tool only reads. Design invariant 2: nothing runs past a hold.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from cairn.engine.journal import Transaction
 from cairn.engine.tools.base import Hold, Tool, ToolContext, ToolResult
 from cairn.errors import CairnMisuseError
 from cairn.models.base import ToolCall
 from cairn.store.items import ItemRecord
 
-__all__ = ["PROCEED", "CallInFlight", "Finish", "Pipeline", "Proceed", "ResultRecorder", "Stage", "Verdict"]
+__all__ = [
+    "PROCEED",
+    "CallInFlight",
+    "Defer",
+    "Finish",
+    "Pipeline",
+    "Proceed",
+    "ResultRecorder",
+    "Settlement",
+    "Stage",
+    "Verdict",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +72,33 @@ class Finish:
     result: ToolResult
 
 
-Verdict = Proceed | Finish | Hold
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """Not now: the call stays open and unrecorded; after the step's other calls the turn's
+    job is handed back, claimable again in `delay_s`, and the call goes through the pipeline
+    again then (on whichever worker claims it)."""
+
+    delay_s: float
+    reason: str
+
+
+Verdict = Proceed | Finish | Hold | Defer
+
+
+class Settlement(abc.ABC):
+    """What a stage claimed for a call, settled once the call has a result."""
+
+    @property
+    @abc.abstractmethod
+    def item_fields(self) -> Mapping[str, Any]:
+        """Fields the call's item gets when its result is recorded (the ledger's `ledger`)."""
+
+    async def defer(self, result: ToolResult) -> Defer | None:
+        """Turn `result` into a deferral instead of recording it (a failure worth retrying)."""
+        return None
+
+    async def settle(self, tx: Transaction, result: ToolResult) -> None:
+        """Settle the claim with `result`, in the transaction that records it."""
 
 
 @dataclass(slots=True)
@@ -67,6 +113,11 @@ class CallInFlight:
     item: ItemRecord | None = None
     # What validation made of `call.arguments`, for the stages after it.
     arguments: Any = None
+    # The lease token of the job claim running the call: what a stage's own writes are
+    # fenced by (the ledger's). None where no job runs it (a test's single stage).
+    lease_token: int | None = None
+    # Left by a stage that claimed something for the call (`Settlement`).
+    settlement: Settlement | None = None
 
 
 class Stage(abc.ABC):
@@ -100,21 +151,27 @@ class Pipeline:
         self.stages = tuple(stages)
         self.record = record
 
-    async def decide(self, call: CallInFlight) -> ToolResult | Hold:
-        """Run the stages before `record`: the call's result, or the hold that stopped it."""
+    async def decide(self, call: CallInFlight) -> ToolResult | Hold | Defer:
+        """Run the stages before `record`: the call's result, or the hold or deferral that
+        stopped it."""
         for stage in self.stages:
             verdict = await stage.run(call)
             if isinstance(verdict, Finish):
                 return verdict.result
-            if isinstance(verdict, Hold):
+            if isinstance(verdict, Hold | Defer):
                 return verdict
         raise CairnMisuseError(f"no stage decided the call {call.call.call_id} ({call.tool.name})")
 
-    async def run(self, call: CallInFlight) -> Hold | None:
-        """Take a recorded call all the way: its result is stored, or the hold is returned."""
+    async def run(self, call: CallInFlight) -> Hold | Defer | None:
+        """Take a recorded call all the way: its result is stored (and its settlement settled),
+        or the hold or deferral is returned."""
         outcome = await self.decide(call)
-        if isinstance(outcome, Hold):
+        if isinstance(outcome, Hold | Defer):
             return outcome
+        if call.settlement is not None:
+            deferred = await call.settlement.defer(outcome)
+            if deferred is not None:
+                return deferred
         await self.record.record(call, outcome)
         return None
 

@@ -5,7 +5,8 @@ an `mcp_call` (a call recorded for an approval: `output` or `error`, and a comma
 and duration when it ran one); a `function_call` is marked done and followed by a
 `function_call_output` item. The write
 goes through the turn's writer, which fences it by the job's lease token, so a worker that
-lost its lease records nothing. A read-only step stores its calls already finished in the
+lost its lease records nothing; what a stage claimed for the call (its `Settlement`: the
+ledger's entry) is settled in that same transaction. A read-only step stores its calls already finished in the
 step's own transaction (`cairn.engine.loop.recorder`), with the same content and events,
 built by the functions below.
 """
@@ -75,8 +76,14 @@ class RecordStage(ResultRecorder):
         item = call.item
         if item is None:
             raise CairnMisuseError(f"call {call.call.call_id} must be recorded before its result")
-        status, data = finished_call(item.type, item.data, result)
+        settlement = call.settlement
+        fields = settlement.item_fields if settlement is not None else {}
+        status, data = finished_call(item.type, {**item.data, **fields}, result)
         async with self._writer.write() as tx:
+            if settlement is not None:
+                # In the same fenced transaction: the claim is settled if and only if the
+                # result is recorded.
+                await settlement.settle(tx, result)
             done = await transition_item(tx.conn, item, status, data=data)
             for record in await announce_result(tx, done, result):
                 self._writer.remember(record)

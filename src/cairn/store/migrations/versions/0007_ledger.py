@@ -32,6 +32,7 @@ def upgrade() -> None:
         sa.Column("holder_token", sa.BigInteger(), nullable=True),
         sa.Column("retry_after", sa.Float(), nullable=True),
         sa.Column("result", sa.JSON(), nullable=True),
+        sa.Column("result_blob", sa.String(length=64), nullable=True),
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("reason", sa.Text(), nullable=True),
         sa.Column("resolved_by", sa.String(length=64), nullable=True),
@@ -42,9 +43,13 @@ def upgrade() -> None:
     )
     op.create_index("ix_ledger_entries_tenant_status", "ledger_entries", ["tenant", "status"], unique=False)
     op.create_index("ix_ledger_entries_session", "ledger_entries", ["session_id"], unique=False)
+    op.create_index("ix_ledger_entries_turn", "ledger_entries", ["turn_id"], unique=False)
+    op.create_index("ix_ledger_entries_result_blob", "ledger_entries", ["result_blob"], unique=False)
 
 
 def downgrade() -> None:
+    op.drop_index("ix_ledger_entries_result_blob", table_name="ledger_entries")
+    op.drop_index("ix_ledger_entries_turn", table_name="ledger_entries")
     op.drop_index("ix_ledger_entries_session", table_name="ledger_entries")
     op.drop_index("ix_ledger_entries_tenant_status", table_name="ledger_entries")
     op.drop_table("ledger_entries")

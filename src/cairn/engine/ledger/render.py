@@ -1,0 +1,33 @@
+"""A ledger entry as the API and the CLI show it (`object: "ledger_entry"`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cairn.store.ledger import LedgerEntry
+
+__all__ = ["render_entry"]
+
+
+def render_entry(entry: LedgerEntry) -> dict[str, Any]:
+    """Everything a person resolving an effect needs; the holder's token is internal."""
+    return {
+        "object": "ledger_entry",
+        "operation_key": entry.operation_key,
+        "status": entry.status,
+        "tool_name": entry.tool_name,
+        "session_id": entry.session_id,
+        "turn_id": entry.turn_id,
+        "call_id": entry.call_id,
+        "approval_id": entry.approval_id,
+        "arguments_digest": entry.arguments_digest,
+        "attempts": entry.attempts,
+        "reuses": entry.reuses,
+        "result": entry.result,
+        "error": entry.error,
+        "reason": entry.reason,
+        "resolved_by": entry.resolved_by,
+        "retry_after": entry.retry_after,
+        "created_at": int(entry.created_at),
+        "updated_at": int(entry.updated_at),
+    }
