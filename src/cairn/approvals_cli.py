@@ -21,17 +21,24 @@ import httpx
 from cairn.config import Settings
 from cairn.errors import CairnError
 
-__all__ = ["add_approval_commands"]
+__all__ = ["add_approval_commands", "call_server", "client_options"]
 
 _DEFAULT_BASE_URL = "http://127.0.0.1:8321/v1"
 
 
-def add_approval_commands(sub: Any) -> None:
-    """Add `approvals` and its subcommands to the `cairn` parser's subparsers `sub`."""
+def client_options() -> argparse.ArgumentParser:
+    """The options of a command that talks to a server (`--data-dir`, `--base-url`, `--api-key`),
+    as a parent parser; `call_server` uses them."""
     client = argparse.ArgumentParser(add_help=False)
     client.add_argument("--data-dir", default=os.environ.get("CAIRN_DATA_DIR", ".cairn"), help="whose admin key to use by default")
     client.add_argument("--base-url", default=os.environ.get("CAIRN_BASE_URL", _DEFAULT_BASE_URL), help="the server's API root")
     client.add_argument("--api-key", default=os.environ.get("CAIRN_API_KEY"), help="default: the data dir's admin key")
+    return client
+
+
+def add_approval_commands(sub: Any) -> None:
+    """Add `approvals` and its subcommands to the `cairn` parser's subparsers `sub`."""
+    client = client_options()
     approvals = sub.add_parser("approvals", parents=[client], help="list and decide tool calls waiting for approval")
     commands = approvals.add_subparsers(dest="approvals_command", required=True)
     listing = commands.add_parser("list", parents=[client], help="list approvals, newest first (JSON lines)")
@@ -67,7 +74,8 @@ def _http(args: argparse.Namespace, settings: Settings) -> httpx.Client:
     return httpx.Client(base_url=args.base_url.rstrip("/"), headers={"Authorization": f"Bearer {key}"}, timeout=30)
 
 
-def _call(args: argparse.Namespace, settings: Settings, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+def call_server(args: argparse.Namespace, settings: Settings, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    """One request to the server `args` name; its JSON, or a `CairnError` with the refusal."""
     try:
         with _http(args, settings) as http:
             response = http.request(method, path, **kwargs)
@@ -85,16 +93,16 @@ def _list(args: argparse.Namespace, settings: Settings) -> None:
     for name in ("status", "session_id", "tool_name"):
         if getattr(args, name) is not None:
             params[name] = getattr(args, name)
-    for approval in _call(args, settings, "GET", "/approvals", params=params)["data"]:
+    for approval in call_server(args, settings, "GET", "/approvals", params=params)["data"]:
         print(json.dumps(approval))
 
 
 def _show(args: argparse.Namespace, settings: Settings) -> None:
-    print(json.dumps(_call(args, settings, "GET", f"/approvals/{args.approval_id}"), indent=2))
+    print(json.dumps(call_server(args, settings, "GET", f"/approvals/{args.approval_id}"), indent=2))
 
 
 def _decide(args: argparse.Namespace, settings: Settings, verb: str, body: dict[str, Any]) -> None:
-    print(json.dumps(_call(args, settings, "POST", f"/approvals/{args.approval_id}/{verb}", json=body)))
+    print(json.dumps(call_server(args, settings, "POST", f"/approvals/{args.approval_id}/{verb}", json=body)))
 
 
 def _approve(args: argparse.Namespace, settings: Settings) -> None:

@@ -1,4 +1,4 @@
-"""The `cairn` command: serve, worker, keys, approvals, db, blobs, snapshots, doctor, demo.
+"""The `cairn` command: serve, worker, keys, approvals, ledger, db, blobs, snapshots, doctor, demo.
 
 Every subcommand runs its async work with `anyio.run`; errors a user can fix end in a
 one-line message and exit status 2, never a traceback.
@@ -254,6 +254,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_approval_commands(sub)
 
+    from cairn.ledger_cli import add_ledger_commands
+
+    add_ledger_commands(sub)
+
     db = sub.add_parser("db", parents=[common], help="database schema")
     db_sub = db.add_subparsers(dest="db_command", required=True)
     db_sub.add_parser("upgrade", parents=[common], help="migrate the schema to this version of Cairn")
@@ -308,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             anyio.run(_worker, settings)
         elif args.command == "keys":
             anyio.run(_keys, args, settings)
-        elif args.command == "approvals":
+        elif args.command in ("approvals", "ledger"):
             args.run(args, settings)
         elif args.command == "db":
             anyio.run(_db, args, settings)

@@ -19,7 +19,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cairn.api import routes_agents, routes_approvals, routes_artifacts, routes_events, routes_items, routes_sessions
+from cairn.api import (
+    routes_agents,
+    routes_approvals,
+    routes_artifacts,
+    routes_events,
+    routes_items,
+    routes_ledger,
+    routes_sessions,
+)
 from cairn.api.errors import EXCEPTION_HANDLERS
 from cairn.engine.runtime import Runtime
 from cairn.engine.sessions import SessionService
@@ -71,6 +79,7 @@ def create_app(process: AbstractAsyncContextManager[Runtime]) -> Starlette:
             *routes_artifacts.routes,
             *routes_agents.routes,
             *routes_approvals.routes,
+            *routes_ledger.routes,
         ],
         middleware=[Middleware(_RequestId)],
         exception_handlers=EXCEPTION_HANDLERS,

@@ -347,3 +347,19 @@ class RejectBody(_Strict):
 
 class RevokeBody(_Strict):
     reason: NulFree | None = Field(default=None, max_length=4096)
+
+
+# Body of `POST /v1/ledger/{operation_key}/resolve` (docs/ledger.md): exactly one of them.
+
+
+class ResolveBody(_Strict):
+    # It happened: the call's result (what the tool would have returned).
+    succeeded: NulFree | None = None
+    # It did not happen, or failed: the call's error, as the model is told.
+    failed: NulFree | None = Field(default=None, max_length=4096)
+
+    @model_validator(mode="after")
+    def _one_outcome(self) -> ResolveBody:
+        if (self.succeeded is None) == (self.failed is None):
+            raise ValueError("give exactly one of succeeded (the result) and failed (the error message)")
+        return self

@@ -3,10 +3,12 @@ every call, sync and async functions, the context, the output, and the options."
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import sys
 import threading
 import typing
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
@@ -277,6 +279,13 @@ def test_options() -> None:
         ({"approval_ttl": float("nan")}, "approval_ttl must be a positive number"),
         ({"side_effect": "yes"}, "side_effect must be True or False"),
         ({"review": "everything"}, "review must be a function"),
+        ({"key": lambda a: a["release"]}, "key= describes a side effect; set side_effect=True"),
+        ({"probe": lambda ctx, a: None}, "probe= describes a side effect"),
+        ({"max_attempts": 2}, "max_attempts= describes a side effect"),
+        ({"side_effect": True, "key": "release"}, "key must be a function"),
+        ({"side_effect": True, "probe": 3}, "probe must be a function"),
+        ({"side_effect": True, "max_attempts": 0}, "max_attempts must be a whole number, 1 or more"),
+        ({"side_effect": True, "max_attempts": True}, "max_attempts must be a whole number"),
     ],
 )
 def test_bad_options_are_refused(options: dict[str, Any], message: str) -> None:
@@ -286,3 +295,40 @@ def test_bad_options_are_refused(options: dict[str, Any], message: str) -> None:
 
     with pytest.raises(AgentDefinitionError, match=message):
         cairn.tool(**options)(fine)
+
+
+async def test_a_side_effects_key_and_probe_see_the_parsed_arguments() -> None:
+    def target(arguments: Mapping[str, Any]) -> str:
+        return f"{arguments['region']}/{arguments['release']}"
+
+    async def found(ctx: cairn.ToolContext, arguments: Mapping[str, Any]) -> cairn.ProbeAnswer:
+        return cairn.ProbeAnswer.happened({"release": arguments["release"], "key": ctx.operation_key})
+
+    @cairn.tool(side_effect=True, key=target, probe=found, max_attempts=5)
+    def deploy(release: str, region: str = "eu") -> str:
+        """Deploy."""
+        return release
+
+    @cairn.tool(side_effect=True)
+    def plain(release: str) -> str:
+        """Plain."""
+        return release
+
+    parsed = deploy.parse({"release": "r-1"})
+    assert deploy.target(parsed) == "eu/r-1" and deploy.effect is not None and deploy.effect.max_attempts == 5
+    context = dataclasses.replace(_context(), operation_key="op_1")
+    assert await deploy.probe(context, parsed) == cairn.ProbeAnswer.happened({"release": "r-1", "key": "op_1"})
+    assert plain.target(plain.parse({"release": "r"})) is None and await plain.probe(context, plain.parse({"release": "r"})) is None
+    assert everything.effect is None
+    # Only a key changes the tool's description (and so its agent's revision).
+    assert "operation_key" in deploy.describe() and "operation_key" not in plain.describe()
+
+
+async def test_a_probe_that_answers_something_else_is_an_error() -> None:
+    @cairn.tool(side_effect=True, probe=lambda ctx, arguments: True)
+    def deploy(release: str) -> str:
+        """Deploy."""
+        return release
+
+    with pytest.raises(InvalidRequestError, match="not a cairn.ProbeAnswer"):
+        await deploy.probe(_context(), deploy.parse({"release": "r-1"}))

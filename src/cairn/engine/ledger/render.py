@@ -12,6 +12,7 @@ __all__ = ["render_entry"]
 def render_entry(entry: LedgerEntry) -> dict[str, Any]:
     """Everything a person resolving an effect needs; the holder's token is internal."""
     return {
+        "id": entry.operation_key,
         "object": "ledger_entry",
         "operation_key": entry.operation_key,
         "status": entry.status,
