@@ -10,150 +10,18 @@ turns run in `cairn worker` processes started and stopped by the tests.
 from __future__ import annotations
 
 import json
-import secrets
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy as sa
 from openai.lib.beta.agents._result import AgentTurnResultError
 
-from cairn.testing.server import CairnWorker
-from tests.e2e.conftest import DATABASES, database_url_for, make_server, remove_server
+from tests.e2e.conftest import DATABASES, database_url_for
+from tests.e2e.deployment import SESSIONS
+from tests.e2e.deployment import Deployment as Approvals
 from tests.waits import until_blocking
-
-SESSIONS = "/agents/sessions"
-AGENTS = "approval_agents:registry"
-E2E_DIR = Path(__file__).parent
-
-
-class Approvals:
-    """An API server without workers, workers started on demand, and the deploy counter."""
-
-    def __init__(self, scripts_dir: Path, database_url: str | None, ttl_s: float = 3600) -> None:
-        self.scripts_dir = scripts_dir
-        self.database_url = database_url
-        root = Path(scripts_dir).parent
-        self.deploys_path = root / f"deploys-{secrets.token_hex(4)}.log"
-        self.env = {
-            "PYTHONPATH": str(E2E_DIR),
-            "CAIRN_TEST_DEPLOYS": str(self.deploys_path),
-            "CAIRN_APPROVAL_TTL_S": str(ttl_s),
-            "CAIRN_APPROVAL_EXPIRY_CHECK_S": "0.2",
-        }
-        self.api = make_server(scripts_dir, database_url=database_url, env=self.env, extra_args=("--workers", "0", "--agents", AGENTS))
-        self.api.start()
-        self.workers: list[CairnWorker] = []
-        self.keys = {"admin": self.api.admin_key}
-
-    # -- processes ------------------------------------------------------------------------
-
-    def worker(self, variant: str = "v1") -> CairnWorker:
-        worker = CairnWorker(
-            self.api.data_dir, name=f"worker{len(self.workers)}", scripts_dir=self.scripts_dir, database_url=self.database_url,
-            env={**self.env, "CAIRN_TEST_AGENT_VARIANT": variant}, extra_args=("--workers", "2", "--agents", AGENTS),
-        ).start()
-        self.workers.append(worker)
-        return worker
-
-    def stop_workers(self) -> None:
-        for worker in self.workers:
-            assert worker.stop() == 0, worker.log_since_start()
-        self.workers.clear()
-
-    def restart_api(self) -> None:
-        self.api.stop()
-        self.api.start()
-
-    def close(self) -> None:
-        for worker in self.workers:
-            worker.stop()
-        remove_server(self.api)
-
-    # -- keys and requests ----------------------------------------------------------------
-
-    def key(self, role: str) -> str:
-        if role not in self.keys:
-            self.keys[role] = json.loads(self.cli("keys", "create", "--tenant", "default", "--role", role))["key"]
-        return self.keys[role]
-
-    def key_id(self, role: str) -> str:
-        secret = self.key(role)
-        for line in self.cli("keys", "list").splitlines():
-            record = json.loads(line)
-            if record["role"] == role and not record["revoked"]:
-                return str(record["id"])
-        raise AssertionError(f"no live {role} key ({secret[:12]}…)")
-
-    def cli(self, *args: str, check: bool = True) -> str:
-        argv = [sys.executable, "-m", "cairn.cli", *args, "--data-dir", str(self.api.data_dir)]
-        if args[0] == "keys" and self.database_url is not None:
-            argv += ["--database-url", self.database_url]
-        if args[0] == "approvals":
-            argv += ["--base-url", self.api.base_url, "--api-key", self.key("approver")]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-        if check:
-            assert done.returncode == 0, done.stderr
-        return done.stdout if check else done.stderr
-
-    def http(self, role: str = "admin") -> httpx.Client:
-        return httpx.Client(base_url=self.api.base_url, headers={"Authorization": f"Bearer {self.key(role)}"}, timeout=30)
-
-    def execute(self, sql: str, **params: object) -> None:
-        """Change the database behind Cairn's back, as someone with write access to it could."""
-        url = self.database_url or f"sqlite:///{self.api.data_dir / 'cairn.db'}"
-        engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
-        try:
-            with engine.begin() as conn:
-                conn.execute(sa.text(sql), params)
-        finally:
-            engine.dispose()
-
-    # -- what the tests look at -----------------------------------------------------------
-
-    def deploys(self) -> list[str]:
-        return self.deploys_path.read_text().splitlines() if self.deploys_path.exists() else []
-
-    def held(self, model: str = "scripted:approval_release") -> tuple[str, list[dict[str, Any]]]:
-        """A session of the release agent whose turn waits for its approvals."""
-        with self.http() as http:
-            response = http.post(SESSIONS, json={"agent_id": "release-agent", "agent": {"model": model},
-                                                 "environment": {"type": "none"}, "input": "ship it"})
-            assert response.status_code == 200, response.text
-            session_id = response.json()["id"]
-        session = self.wait_session(session_id, "requires_action")
-        return session_id, session["required_actions"]
-
-    def session(self, session_id: str) -> dict[str, Any]:
-        with self.http() as http:
-            return dict(http.get(f"{SESSIONS}/{session_id}").json())
-
-    def wait_session(self, session_id: str, status: str) -> dict[str, Any]:
-        return until_blocking(
-            lambda: (s := self.session(session_id))["status"] == status and s, f"session {session_id} to be {status}",
-            timeout_s=60, interval_s=0.05, seen=lambda: self.session(session_id)["status"],
-        )
-
-    def approval(self, approval_id: str) -> dict[str, Any]:
-        with self.http() as http:
-            return dict(http.get(f"/approvals/{approval_id}").json())
-
-    def items(self, session_id: str) -> list[dict[str, Any]]:
-        with self.http() as http:
-            return list(http.get(f"{SESSIONS}/{session_id}/items", params={"limit": 100, "order": "asc"}).json()["data"])
-
-    def call_item(self, session_id: str) -> dict[str, Any]:
-        [item] = [i for i in self.items(session_id) if i["type"] == "mcp_call"]
-        return item
-
-    def turn_done(self, session_id: str) -> dict[str, Any]:
-        """After the worker ran the rest of the turn: the session idle again."""
-        return self.wait_session(session_id, "idle")
 
 
 @pytest.fixture(params=DATABASES)

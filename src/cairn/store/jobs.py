@@ -1,7 +1,8 @@
 """The job queue: a table with leases, claimed at-least-once by any worker process.
 
 A claim is a compare-and-set: candidates are selected (with `FOR UPDATE SKIP LOCKED` on
-PostgreSQL; SQLite's `BEGIN IMMEDIATE` already serializes writers), then updated with a
+PostgreSQL, and the candidate's session locked so that two jobs of one session are never
+claimed at once; SQLite's `BEGIN IMMEDIATE` already serializes writers), then updated with a
 WHERE clause that re-states the claimable condition, and only returned rows count. Every
 claim gets a fresh `lease_token`; renewals and completions name it, so a worker whose
 lease was taken over can no longer touch the job (fencing). Lease times come from the
@@ -45,6 +46,9 @@ __all__ = [
 # another job, nor by an earlier claim of the same one (attempts, which a release gives
 # back, play no part in it).
 _TOKEN_SHIFT = 20
+# The key space of the per-session claim locks (two-int advisory locks: apart from every
+# one-bigint advisory lock, such as the blob sweep's).
+_CLAIM_LOCK_SPACE = 0x636A
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +119,19 @@ async def has_claimable_job(db: Database) -> bool:
 async def claim_job(db: Database, *, owner: str, lease_s: float) -> Job | None:
     """Claim the oldest claimable job, or return None."""
     async with db.write() as conn:
-        candidate = sa.select(jobs.c.id).where(_claimable(db)).order_by(jobs.c.id).limit(1)
+        candidate = sa.select(jobs.c.id, jobs.c.session_id).where(_claimable(db)).order_by(jobs.c.id).limit(1)
         if not db.is_sqlite:
             candidate = candidate.with_for_update(skip_locked=True, of=jobs)
-        job_id = (await conn.execute(candidate)).scalar_one_or_none()
-        if job_id is None:
+        found = (await conn.execute(candidate)).first()
+        if found is None:
             return None
+        job_id = found.id
+        if not db.is_sqlite:
+            # Two claimants may each pick another job of one session (a job delivered twice):
+            # neither sees the other's uncommitted claim. The session's lock orders them, and
+            # the UPDATE below, a new statement, then sees the first one's claim and refuses.
+            # (SQLite's BEGIN IMMEDIATE already orders every claim.)
+            await conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_CLAIM_LOCK_SPACE, sa.func.hashtext(found.session_id))))
         stmt = (
             # A queued job, or a running one whose worker let the lease expire (at-least-once).
             _move(JobStatus.RUNNING, JobStatus.QUEUED, JobStatus.RUNNING)

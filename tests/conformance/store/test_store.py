@@ -270,3 +270,24 @@ async def test_a_step_advances_only_under_the_current_lease_token(db: Database) 
     async with db.read() as conn:
         assert await get_turn(conn, turn.id) == advanced
     assert (advanced.step, advanced.usage, advanced.next_output_index, advanced.lease_token) == (1, usage, 2, 7)
+
+
+async def test_two_jobs_of_one_session_claimed_at_once_one_runs(db: Database) -> None:
+    """A job delivered twice (two rows of one turn), claimed by two workers at the same moment:
+    one runs, the other waits for it (the session runs one job at a time)."""
+    for round_ in range(10):
+        async with db.write() as conn:
+            for copy in range(2):
+                await conn.execute(sa.insert(jobs).values(kind="run_turn", session_id=f"s{round_}", turn_id=f"t{round_}",
+                                                          status="queued", created_at=float(copy)))
+        claimed: list[int] = []
+        async with anyio.create_task_group() as tg:
+            for n in range(2):
+                tg.start_soon(_claim_into, db, f"w{n}", claimed)
+        assert len(claimed) == 1, f"round {round_}: two jobs of one session run at once"
+
+
+async def _claim_into(db: Database, owner: str, claimed: list[int]) -> None:
+    job = await claim_job(db, owner=owner, lease_s=30)
+    if job is not None:
+        claimed.append(job.id)
