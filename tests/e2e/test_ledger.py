@@ -14,6 +14,8 @@ import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,6 +162,20 @@ def test_the_resume_delivered_twice_at_once_and_then_replayed_deploys_once_and_r
         engine.dispose()
     finally:
         deployment.close()
+
+
+def test_the_agents_sdk_given_one_approved_state_on_two_workers_deploys_twice(tmp_path: Path) -> None:
+    """The peer's side of the comparison above, in the same run: the OpenAI Agents SDK 0.24's
+    approved `RunState` resumed by two worker processes at once executes the tool twice
+    (research/sdk.md §1); Cairn's same scenario deploys once and reuses once."""
+    pytest.importorskip("agents", reason="the OpenAI Agents SDK is a benchmark extra: scripts/bootstrap bench")
+    state, effects = tmp_path / "approved.json", tmp_path / "effects.log"
+    script = [sys.executable, str(Path(__file__).with_name("sdk_release.py"))]
+    subprocess.run([*script, "pause", str(state), str(effects)], check=True, timeout=120)
+    assert not effects.exists(), "the SDK ran the tool before it was approved"
+    workers = [subprocess.Popen([*script, "resume", str(state), str(effects)]) for _ in range(2)]
+    assert [worker.wait(timeout=120) for worker in workers] == [0, 0]
+    assert effects.read_text().splitlines() == ["r-42", "r-42"]
 
 
 def _job_statuses(engine: sa.Engine, turn_id: str) -> list[str]:
