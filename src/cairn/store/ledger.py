@@ -19,6 +19,7 @@ retention sweep deletes settled entries of turns long over (`sweep_settled_entri
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from cairn.errors import InvalidRequestError, StatusConflictError
 from cairn.states import LEDGER_TRANSITIONS, JobStatus, LedgerStatus, TurnStatus
 from cairn.store.db import Connection
 from cairn.store.pages import Order, Page, fetch_page
+from cairn.store.prepared import Prepared
 from cairn.store.tables import jobs, ledger_entries, turns
 
 __all__ = [
@@ -127,11 +129,64 @@ def _job_running(token: Any, now: sa.ColumnElement[float] | None) -> sa.Exists:
     return sa.select(jobs.c.id).where(*condition).exists()
 
 
-def _insert_first(conn: Connection, values: Mapping[str, Any]) -> sa.Insert:
-    """An INSERT that does nothing when the key exists (both dialects spell it the same)."""
-    if conn.dialect.name == "postgresql":
-        return postgresql.insert(ledger_entries).values(**values).on_conflict_do_nothing(index_elements=["operation_key"])
-    return sqlite.insert(ledger_entries).values(**values).on_conflict_do_nothing(index_elements=["operation_key"])
+# The hot path (a first claim, its start, its settlement) runs as prepared statements
+# (`cairn.store.prepared`): every side-effecting call pays for these three, and SQLAlchemy's
+# per-execution work on them cost several times what the database does. They return counts
+# only; the entry they leave is built from what was written.
+
+_FIRST_COLUMNS = (*Operation.__slots__, "status", "holder_token", "created_at", "updated_at")
+# An INSERT that does nothing when the key exists; both dialects spell it the same, but each
+# has its own construct for it.
+_INSERT_FIRST = {
+    "postgresql": Prepared(
+        postgresql.insert(ledger_entries).on_conflict_do_nothing(index_elements=["operation_key"]), column_keys=_FIRST_COLUMNS
+    ),
+    "sqlite": Prepared(
+        sqlite.insert(ledger_entries).on_conflict_do_nothing(index_elements=["operation_key"]), column_keys=_FIRST_COLUMNS
+    ),
+}
+# The entry is still in the status its writer read and held by the writer's job claim, whose
+# job still runs (the fence of every worker transition).
+_HELD = (
+    ledger_entries.c.operation_key == sa.bindparam("key"),
+    ledger_entries.c.status == sa.bindparam("from_status"),
+    ledger_entries.c.holder_token == sa.bindparam("token"),
+    sa.select(jobs.c.id).where(jobs.c.lease_token == sa.bindparam("token"), jobs.c.status == sa.bindparam("running")).exists(),
+)
+_START = Prepared(
+    sa.update(ledger_entries)
+    .where(*_HELD)
+    .values(
+        status=sa.bindparam("to_status"),
+        attempts=ledger_entries.c.attempts + sa.literal_column("1", sa.Integer),
+        updated_at=sa.bindparam("stamp"),
+    )
+)
+_SETTLE = Prepared(
+    sa.update(ledger_entries)
+    .where(*_HELD)
+    .values(
+        status=sa.bindparam("to_status"),
+        result=sa.bindparam("result", type_=ledger_entries.c.result.type),
+        result_blob=sa.bindparam("result_blob"),
+        error=sa.bindparam("error"),
+        reason=sa.bindparam("reason"),
+        updated_at=sa.bindparam("stamp"),
+    )
+)
+
+
+async def _held_move(conn: Connection, statement: Prepared, entry: LedgerEntry, to: LedgerStatus, token: int, **values: Any) -> float:
+    """Run a prepared move of `entry` to `to` by its holder `token`; the time it stamped."""
+    LEDGER_TRANSITIONS.check(entry.status, to)
+    stamp = time.time()
+    parameters = {"key": entry.operation_key, "from_status": entry.status, "token": token, "running": JobStatus.RUNNING,
+                  "to_status": to, "stamp": stamp, **values}
+    if await statement.execute(conn, parameters) != 1:
+        raise StatusConflictError(
+            f"ledger entry {entry.operation_key} is no longer {entry.status} under job claim {token}; not moved to {to}"
+        )
+    return stamp
 
 
 async def claim_operation(
@@ -149,9 +204,9 @@ async def claim_operation(
         "created_at": stamp,
         "updated_at": stamp,
     }
-    if (await conn.execute(_insert_first(conn, first))).rowcount == 1:
-        entry = await get_entry(conn, operation.operation_key)
-        assert entry is not None
+    if await _INSERT_FIRST[conn.dialect.name].execute(conn, first) == 1:
+        entry = LedgerEntry(**first, attempts=0, retry_after=None, result=None, result_blob=None, error=None, reason=None,
+                            resolved_by=None, reuses=0)
         return Claim(ClaimKind.RUN, entry)
     holder_alive = sa.and_(ledger_entries.c.holder_token.is_not(None), _job_running(ledger_entries.c.holder_token, now))
     retry_due = sa.or_(ledger_entries.c.retry_after.is_(None), ledger_entries.c.retry_after <= now)
@@ -227,7 +282,8 @@ async def _move(
 async def start_execution(conn: Connection, entry: LedgerEntry, *, token: int) -> LedgerEntry:
     """reserved → executing, committed before the tool starts: from here on a crash leaves an
     unknown outcome, never a second run."""
-    return await _move(conn, entry, _L.EXECUTING, token, {"attempts": ledger_entries.c.attempts + 1})
+    stamp = await _held_move(conn, _START, entry, _L.EXECUTING, token)
+    return dataclasses.replace(entry, status=_L.EXECUTING, attempts=entry.attempts + 1, updated_at=stamp)
 
 
 async def reopen_entry(conn: Connection, entry: LedgerEntry, *, token: int) -> LedgerEntry:
@@ -251,8 +307,9 @@ async def settle_entry(
     """executing → succeeded | failed_retryable | failed_terminal | uncertain, by its holder."""
     values: dict[str, Any] = {"result": result, "result_blob": result_blob, "error": error, "reason": reason}
     if retry_after is not None:
-        values["retry_after"] = retry_after
-    return await _move(conn, entry, to, token, values)
+        return await _move(conn, entry, to, token, {**values, "retry_after": retry_after})
+    stamp = await _held_move(conn, _SETTLE, entry, to, token, **values)
+    return dataclasses.replace(entry, status=to, updated_at=stamp, **values)
 
 
 async def resolve_entry(
