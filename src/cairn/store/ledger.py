@@ -60,7 +60,9 @@ _ACTIVE_TURN = (TurnStatus.QUEUED, TurnStatus.IN_PROGRESS, TurnStatus.WAITING)
 
 
 @dataclass(frozen=True, slots=True)
-class LedgerEntry:
+class Operation:
+    """What a claim is for: the entry a first claim creates."""
+
     operation_key: str
     tenant: str
     session_id: str
@@ -69,6 +71,12 @@ class LedgerEntry:
     approval_id: str | None
     tool_name: str
     arguments_digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry(Operation):
+    """An operation's entry as stored: its status, holder and outcome."""
+
     status: LedgerStatus
     attempts: int
     holder_token: int | None
@@ -83,18 +91,8 @@ class LedgerEntry:
     updated_at: float
 
 
-@dataclass(frozen=True, slots=True)
-class Operation:
-    """What a claim is for: the entry a first claim creates."""
-
-    operation_key: str
-    tenant: str
-    session_id: str
-    turn_id: str
-    call_id: str
-    approval_id: str | None
-    tool_name: str
-    arguments_digest: str
+_ENTRY_COLUMNS = tuple(f.name for f in dataclasses.fields(LedgerEntry))
+_OPERATION_COLUMNS = tuple(f.name for f in dataclasses.fields(Operation))
 
 
 class ClaimKind(StrEnum):
@@ -116,7 +114,7 @@ class Claim:
 
 
 def _entry(row: sa.Row[Any]) -> LedgerEntry:
-    values = {c: getattr(row, c) for c in LedgerEntry.__slots__}
+    values = {c: getattr(row, c) for c in _ENTRY_COLUMNS}
     values["status"] = LedgerStatus(values["status"])
     return LedgerEntry(**values)
 
@@ -134,7 +132,7 @@ def _job_running(token: Any, now: sa.ColumnElement[float] | None) -> sa.Exists:
 # per-execution work on them cost several times what the database does. They return counts
 # only; the entry they leave is built from what was written.
 
-_FIRST_COLUMNS = (*Operation.__slots__, "status", "holder_token", "created_at", "updated_at")
+_FIRST_COLUMNS = (*_OPERATION_COLUMNS, "status", "holder_token", "created_at", "updated_at")
 # An INSERT that does nothing when the key exists; both dialects spell it the same, but each
 # has its own construct for it.
 _INSERT_FIRST = {
@@ -198,7 +196,7 @@ async def claim_operation(
     """
     stamp = time.time()
     first = {
-        **{f: getattr(operation, f) for f in Operation.__slots__},
+        **{f: getattr(operation, f) for f in _OPERATION_COLUMNS},
         "status": _L.RESERVED,
         "holder_token": token,
         "created_at": stamp,

@@ -4,12 +4,11 @@ resolution that continues the waiting turn."""
 
 from __future__ import annotations
 
-import anyio
 import pytest
 
 from tests.unit.api.in_process import Api
 from tests.unit.engine.harness import EngineHarness
-from tests.unit.engine.ledger.ledger_harness import Deployer, call, entry, open_ledger
+from tests.unit.engine.ledger.ledger_harness import Deployer, call, crash_worker, entry, open_ledger
 
 pytestmark = pytest.mark.anyio
 
@@ -26,10 +25,7 @@ async def _uncertain(api: Api) -> tuple[str, str]:
     await open_ledger(engine, deployer)
     engine.script([call("deploy_unprobed", release="r-1"), {"say": "done"}])
     session_id = await engine.create_session(agent_id="release-agent")
-    crash = anyio.CancelScope()
-    deployer.crash_after_effect = crash.cancel
-    with crash:
-        await engine.run_job(lease_s=-1)
+    await crash_worker(engine, deployer)
     await open_ledger(engine, deployer)
     await engine.run_job()
     return session_id, (await entry(engine)).operation_key

@@ -109,6 +109,15 @@ async def open_ledger(engine: EngineHarness, deployer: Deployer, *, gated: bool 
     await engine.restart(agents=release_agents(deployer))
 
 
+async def crash_worker(engine: EngineHarness, deployer: Deployer, where: str = "after_effect") -> None:
+    """Run the queued job until the worker dies `where` (after_effect, before_effect), lease gone."""
+    crash = anyio.CancelScope()
+    setattr(deployer, f"crash_{where}", crash.cancel)
+    with crash:
+        await engine.run_job(lease_s=-1)
+    assert crash.cancelled_caught, "the worker never reached the tool"
+
+
 async def entries(engine: EngineHarness) -> list[LedgerEntry]:
     async with engine.runtime.db.read() as conn:
         return (await list_entries(conn, "t1", status=None, after=None, order="asc", limit=100)).data

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
-import anyio
 import pytest
 
 from cairn.engine.blob_gc import collect_blob_garbage
 from cairn.engine.ledger import resolve_effect, sweep_ledger
 from cairn.store.approvals import Decider
 from tests.unit.engine.harness import EngineHarness
-from tests.unit.engine.ledger.ledger_harness import Deployer, call, entry, open_ledger
+from tests.unit.engine.ledger.ledger_harness import Deployer, call, crash_worker, entry, open_ledger
 
 pytestmark = pytest.mark.anyio
 
@@ -26,10 +25,7 @@ async def test_a_large_result_is_a_blob_the_entry_references_and_a_reuse_reads_b
     await open_ledger(engine, deployer)
     engine.script([call("deploy_unprobed", release="r-1"), {"say": "shipped"}])
     session_id = await engine.create_session(agent_id="release-agent")
-    crash = anyio.CancelScope()
-    deployer.crash_after_effect = crash.cancel
-    with crash:
-        await engine.run_job(lease_s=-1)
+    await crash_worker(engine, deployer)
     await open_ledger(engine, deployer)
     await engine.run_job()  # uncertain: a person resolves it with the large result
     found = await entry(engine)

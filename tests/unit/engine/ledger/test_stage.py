@@ -21,7 +21,7 @@ from cairn.store.tables import items as items_table
 from cairn.store.tables import jobs, ledger_entries
 from tests.unit.engine.approvals.approval_harness import approval_of, approvals, approve, key
 from tests.unit.engine.harness import EngineHarness
-from tests.unit.engine.ledger.ledger_harness import Deployer, call, entries, entry, open_ledger
+from tests.unit.engine.ledger.ledger_harness import Deployer, call, crash_worker, entries, entry, open_ledger
 
 pytestmark = pytest.mark.anyio
 
@@ -37,15 +37,6 @@ async def _result(engine: EngineHarness, session_id: str) -> tuple[str, str | No
     found = await engine.items(session_id)
     output = next(i for i in found if i.type == "function_call_output")
     return output.status, output.data.get("output"), output.data.get("error")
-
-
-async def _crashed(engine: EngineHarness, deployer: Deployer, where: str) -> None:
-    """Run the queued job until the worker dies `where` (after_effect, before_effect), lease gone."""
-    crash = anyio.CancelScope()
-    setattr(deployer, f"crash_{where}", crash.cancel)
-    with crash:
-        await engine.run_job(lease_s=-1)
-    assert crash.cancelled_caught, "the worker never reached the tool"
 
 
 async def test_a_side_effect_runs_once_under_its_entry_and_its_item_says_so(engine: EngineHarness) -> None:
@@ -109,7 +100,7 @@ async def test_killed_while_the_tool_ran_the_probe_finds_the_effect_and_it_is_no
     await open_ledger(engine, deployer)
     engine.script([call("deploy_release", release="r-1"), {"say": "shipped"}])
     session_id = await engine.create_session(agent_id="release-agent")
-    await _crashed(engine, deployer, "after_effect")
+    await crash_worker(engine, deployer, "after_effect")
     assert (await entry(engine)).status == "executing"
 
     await open_ledger(engine, deployer)
@@ -127,7 +118,7 @@ async def test_killed_before_the_effect_the_probe_finds_nothing_and_it_runs_agai
     await open_ledger(engine, deployer)
     engine.script([call("deploy_release", release="r-1"), {"say": "shipped"}])
     session_id = await engine.create_session(agent_id="release-agent")
-    await _crashed(engine, deployer, "before_effect")
+    await crash_worker(engine, deployer, "before_effect")
 
     await open_ledger(engine, deployer)
     await engine.run_job()
@@ -145,7 +136,7 @@ async def test_an_outcome_nobody_can_know_is_uncertain_until_a_person_resolves_i
     await open_ledger(engine, deployer)
     engine.script([call(tool, release="r-1"), {"say": "shipped"}])
     session_id = await engine.create_session(agent_id="release-agent")
-    await _crashed(engine, deployer, "before_effect" if tool == "deploy_release" else "after_effect")
+    await crash_worker(engine, deployer, "before_effect" if tool == "deploy_release" else "after_effect")
 
     await open_ledger(engine, deployer)
     await engine.run_job()
@@ -185,7 +176,7 @@ async def test_resolved_as_failed_the_call_ends_with_the_persons_message(engine:
     await open_ledger(engine, deployer)
     engine.script([call("deploy_unprobed", release="r-1"), {"say": "sorry"}])
     session_id = await engine.create_session(agent_id="release-agent")
-    await _crashed(engine, deployer, "after_effect")
+    await crash_worker(engine, deployer, "after_effect")
     await open_ledger(engine, deployer)
     await engine.run_job()
     await resolve_effect(engine.runtime.journal, engine.runtime.blobs, OPS, (await entry(engine)).operation_key,
@@ -301,7 +292,7 @@ async def test_an_approved_call_that_started_goes_to_the_ledger_which_never_runs
     [approval] = await approvals(engine, session_id)
     assert await entries(engine) == []  # held for a person: nothing claimed, nothing ran
     await approve(engine, await key(engine), approval)
-    await _crashed(engine, deployer, "after_effect")  # the approval started; the worker died after the effect
+    await crash_worker(engine, deployer, "after_effect")  # the approval started; the worker died after the effect
 
     await open_ledger(engine, deployer, gated=True)
     await engine.run_job()

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import anyio
 import pytest
 
 from cairn.engine.ledger import sweep_ledger
 from tests.unit.engine.harness import EngineHarness
-from tests.unit.engine.ledger.ledger_harness import Deployer, call, entries, open_ledger
+from tests.unit.engine.ledger.ledger_harness import Deployer, call, crash_worker, entries, open_ledger
 
 pytestmark = pytest.mark.anyio
 
@@ -24,10 +23,7 @@ async def test_only_settled_entries_of_turns_that_are_over_are_swept_after_the_r
     await engine.run_job()
     engine.script([call("deploy_unprobed", release="r-2"), {"say": "x"}])
     second = await engine.create_session(agent_id="release-agent")
-    crash = anyio.CancelScope()
-    deployer.crash_after_effect = crash.cancel
-    with crash:
-        await engine.run_job(lease_s=-1)
+    await crash_worker(engine, deployer)
     await open_ledger(engine, deployer)
     await engine.run_job()
     assert [e.status for e in await entries(engine)] == ["succeeded", "uncertain"]
