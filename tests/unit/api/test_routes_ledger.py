@@ -8,7 +8,7 @@ import pytest
 
 from tests.unit.api.in_process import Api
 from tests.unit.engine.harness import EngineHarness
-from tests.unit.engine.ledger.ledger_harness import Deployer, call, crash_worker, entry, open_ledger
+from tests.unit.engine.ledger.ledger_harness import Deployer, crash_worker, entry, open_ledger, start_deploy
 
 pytestmark = pytest.mark.anyio
 
@@ -23,8 +23,7 @@ async def _uncertain(api: Api) -> tuple[str, str]:
     engine = api.engine
     deployer = Deployer()
     await open_ledger(engine, deployer)
-    engine.script([call("deploy_unprobed", release="r-1"), {"say": "done"}])
-    session_id = await engine.create_session(agent_id="release-agent")
+    session_id = await start_deploy(engine, "deploy_unprobed")
     await crash_worker(engine, deployer)
     await open_ledger(engine, deployer)
     await engine.run_job()

@@ -109,6 +109,12 @@ async def open_ledger(engine: EngineHarness, deployer: Deployer, *, gated: bool 
     await engine.restart(agents=release_agents(deployer))
 
 
+async def start_deploy(engine: EngineHarness, tool: str, release: str = "r-1") -> str:
+    """A session of the release agent whose queued turn calls `tool` for `release`, then ends."""
+    engine.script([call(tool, release=release), {"say": "done"}])
+    return await engine.create_session(agent_id="release-agent")
+
+
 async def crash_worker(engine: EngineHarness, deployer: Deployer, where: str = "after_effect") -> None:
     """Run the queued job until the worker dies `where` (after_effect, before_effect), lease gone."""
     crash = anyio.CancelScope()

@@ -11,7 +11,7 @@ from cairn.engine.blob_gc import collect_blob_garbage
 from cairn.engine.ledger import resolve_effect, sweep_ledger
 from cairn.store.approvals import Decider
 from tests.unit.engine.harness import EngineHarness
-from tests.unit.engine.ledger.ledger_harness import Deployer, call, crash_worker, entry, open_ledger
+from tests.unit.engine.ledger.ledger_harness import Deployer, crash_worker, entry, open_ledger, start_deploy
 
 pytestmark = pytest.mark.anyio
 
@@ -23,8 +23,7 @@ async def test_a_large_result_is_a_blob_the_entry_references_and_a_reuse_reads_b
     deployer = Deployer()
     deployer.output = "{release}:" + BIG
     await open_ledger(engine, deployer)
-    engine.script([call("deploy_unprobed", release="r-1"), {"say": "shipped"}])
-    session_id = await engine.create_session(agent_id="release-agent")
+    session_id = await start_deploy(engine, "deploy_unprobed")
     await crash_worker(engine, deployer)
     await open_ledger(engine, deployer)
     await engine.run_job()  # uncertain: a person resolves it with the large result
@@ -51,8 +50,7 @@ async def test_a_large_result_is_a_blob_the_entry_references_and_a_reuse_reads_b
 async def test_a_small_result_stays_in_the_entry(engine: EngineHarness) -> None:
     deployer = Deployer()
     await open_ledger(engine, deployer)
-    engine.script([call("deploy_release", release="r-1"), {"say": "shipped"}])
-    await engine.create_session(agent_id="release-agent")
+    await start_deploy(engine, "deploy_release")
     await engine.run_job()
     found = await entry(engine)
     assert (found.result, found.result_blob) == ({"output": "deployed:r-1"}, None)

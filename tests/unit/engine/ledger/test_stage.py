@@ -21,7 +21,7 @@ from cairn.store.tables import items as items_table
 from cairn.store.tables import jobs, ledger_entries
 from tests.unit.engine.approvals.approval_harness import approval_of, approvals, approve, key
 from tests.unit.engine.harness import EngineHarness
-from tests.unit.engine.ledger.ledger_harness import Deployer, call, crash_worker, entries, entry, open_ledger
+from tests.unit.engine.ledger.ledger_harness import Deployer, call, crash_worker, entries, entry, open_ledger, start_deploy
 
 pytestmark = pytest.mark.anyio
 
@@ -42,8 +42,7 @@ async def _result(engine: EngineHarness, session_id: str) -> tuple[str, str | No
 async def test_a_side_effect_runs_once_under_its_entry_and_its_item_says_so(engine: EngineHarness) -> None:
     deployer = Deployer()
     await open_ledger(engine, deployer)
-    engine.script([call("deploy_release", release="r-1"), {"say": "shipped"}])
-    session_id = await engine.create_session(agent_id="release-agent")
+    session_id = await start_deploy(engine, "deploy_release")
     await engine.run_job()
 
     found = await entry(engine)
@@ -72,8 +71,7 @@ async def test_the_operation_key_depends_on_the_target_never_on_what_the_model_c
 async def test_killed_after_reserving_the_takeover_runs_it_once(engine: EngineHarness, monkeypatch: pytest.MonkeyPatch) -> None:
     deployer = Deployer()
     await open_ledger(engine, deployer)
-    engine.script([call("deploy_release", release="r-1"), {"say": "shipped"}])
-    session_id = await engine.create_session(agent_id="release-agent")
+    session_id = await start_deploy(engine, "deploy_release")
     crash = anyio.CancelScope()
     start = stage.start_execution
 
@@ -98,8 +96,7 @@ async def test_killed_after_reserving_the_takeover_runs_it_once(engine: EngineHa
 async def test_killed_while_the_tool_ran_the_probe_finds_the_effect_and_it_is_not_run_again(engine: EngineHarness) -> None:
     deployer = Deployer()
     await open_ledger(engine, deployer)
-    engine.script([call("deploy_release", release="r-1"), {"say": "shipped"}])
-    session_id = await engine.create_session(agent_id="release-agent")
+    session_id = await start_deploy(engine, "deploy_release")
     await crash_worker(engine, deployer, "after_effect")
     assert (await entry(engine)).status == "executing"
 
@@ -116,8 +113,7 @@ async def test_killed_while_the_tool_ran_the_probe_finds_the_effect_and_it_is_no
 async def test_killed_before_the_effect_the_probe_finds_nothing_and_it_runs_again_once(engine: EngineHarness) -> None:
     deployer = Deployer()
     await open_ledger(engine, deployer)
-    engine.script([call("deploy_release", release="r-1"), {"say": "shipped"}])
-    session_id = await engine.create_session(agent_id="release-agent")
+    session_id = await start_deploy(engine, "deploy_release")
     await crash_worker(engine, deployer, "before_effect")
 
     await open_ledger(engine, deployer)
@@ -134,8 +130,7 @@ async def test_an_outcome_nobody_can_know_is_uncertain_until_a_person_resolves_i
     deployer = Deployer()
     deployer.probe_miss = "the deploy API did not answer"
     await open_ledger(engine, deployer)
-    engine.script([call(tool, release="r-1"), {"say": "shipped"}])
-    session_id = await engine.create_session(agent_id="release-agent")
+    session_id = await start_deploy(engine, tool)
     await crash_worker(engine, deployer, "before_effect" if tool == "deploy_release" else "after_effect")
 
     await open_ledger(engine, deployer)
@@ -174,8 +169,7 @@ async def test_an_outcome_nobody_can_know_is_uncertain_until_a_person_resolves_i
 async def test_resolved_as_failed_the_call_ends_with_the_persons_message(engine: EngineHarness) -> None:
     deployer = Deployer()
     await open_ledger(engine, deployer)
-    engine.script([call("deploy_unprobed", release="r-1"), {"say": "sorry"}])
-    session_id = await engine.create_session(agent_id="release-agent")
+    session_id = await start_deploy(engine, "deploy_unprobed")
     await crash_worker(engine, deployer, "after_effect")
     await open_ledger(engine, deployer)
     await engine.run_job()
@@ -198,8 +192,7 @@ async def test_a_retryable_failure_is_deferred_with_backoff_then_retried_until_i
     deployer = Deployer()
     deployer.failures = {"r-1": [cairn.RetryableToolError("503 from the deploy API"), cairn.RetryableToolError("503 again")]}
     await open_ledger(engine, deployer)
-    engine.script([call("deploy_release", release="r-1"), {"say": "shipped"}])
-    session_id = await engine.create_session(agent_id="release-agent")
+    session_id = await start_deploy(engine, "deploy_release")
     await engine.run_job()
 
     found = await entry(engine)
@@ -270,8 +263,7 @@ async def test_the_same_key_with_other_arguments_is_refused_and_nothing_runs(eng
 async def test_cancelled_while_the_tool_ran_the_entry_is_uncertain(engine: EngineHarness) -> None:
     deployer = Deployer()
     await open_ledger(engine, deployer)
-    engine.script([call("deploy_unprobed", release="r-1"), {"say": "done"}])
-    session_id = await engine.create_session(agent_id="release-agent")
+    session_id = await start_deploy(engine, "deploy_unprobed")
     started = anyio.Event()
     deployer.crash_after_effect = started.set  # the tool then blocks, until the cancel stops it
     async with anyio.create_task_group() as tg:
@@ -286,8 +278,7 @@ async def test_cancelled_while_the_tool_ran_the_entry_is_uncertain(engine: Engin
 async def test_an_approved_call_that_started_goes_to_the_ledger_which_never_runs_it_twice(engine: EngineHarness) -> None:
     deployer = Deployer()
     await open_ledger(engine, deployer, gated=True)
-    engine.script([call("deploy_approved", release="r-9"), {"say": "shipped"}])
-    session_id = await engine.create_session(agent_id="release-agent")
+    session_id = await start_deploy(engine, "deploy_approved", "r-9")
     await engine.run_job()
     [approval] = await approvals(engine, session_id)
     assert await entries(engine) == []  # held for a person: nothing claimed, nothing ran

@@ -9,7 +9,7 @@ import pytest
 
 from cairn.engine.ledger import sweep_ledger
 from tests.unit.engine.harness import EngineHarness
-from tests.unit.engine.ledger.ledger_harness import Deployer, call, crash_worker, entries, open_ledger
+from tests.unit.engine.ledger.ledger_harness import Deployer, crash_worker, entries, open_ledger, start_deploy
 
 pytestmark = pytest.mark.anyio
 
@@ -18,11 +18,9 @@ async def test_only_settled_entries_of_turns_that_are_over_are_swept_after_the_r
     deployer = Deployer()
     await open_ledger(engine, deployer)
     # A finished turn (its entry settled), then a turn left uncertain.
-    engine.script([call("deploy_release", release="r-1"), {"say": "shipped"}])
-    await engine.create_session(agent_id="release-agent")
+    await start_deploy(engine, "deploy_release")
     await engine.run_job()
-    engine.script([call("deploy_unprobed", release="r-2"), {"say": "x"}])
-    second = await engine.create_session(agent_id="release-agent")
+    second = await start_deploy(engine, "deploy_unprobed", "r-2")
     await crash_worker(engine, deployer)
     await open_ledger(engine, deployer)
     await engine.run_job()
