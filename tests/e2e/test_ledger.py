@@ -168,7 +168,6 @@ def test_the_agents_sdk_given_one_approved_state_on_two_workers_deploys_twice(tm
     """The peer's side of the comparison above, in the same run: the OpenAI Agents SDK 0.24's
     approved `RunState` resumed by two worker processes at once executes the tool twice
     (research/sdk.md §1); Cairn's same scenario deploys once and reuses once."""
-    pytest.importorskip("agents", reason="the OpenAI Agents SDK is a benchmark extra: scripts/bootstrap bench")
     state, effects = tmp_path / "approved.json", tmp_path / "effects.log"
     script = [sys.executable, str(Path(__file__).with_name("sdk_release.py"))]
     subprocess.run([*script, "pause", str(state), str(effects)], check=True, timeout=120)
