@@ -72,6 +72,10 @@ class Settings:
     ledger_result_inline_bytes: int = 64 * 1024
     ledger_retention_s: float = 7 * 86400.0
     ledger_sweep_interval_s: float = 3600.0
+    # The master keys of envelope encryption (`cairn.durable.keyring`): `VERSION:HEX[,…]` or one
+    # key in hex; default: `master.key` in the data dir, made on first start. Every process of
+    # one database must have the same (docs/security.md).
+    master_key: str | None = None
     # OpenAI-compatible endpoint for `openai:` and plain model names.
     openai_base_url: str | None = None
     openai_api_key: str | None = None
@@ -121,6 +125,10 @@ class Settings:
     def approval_key_path(self) -> Path:
         return self.data_dir / "approval.key"
 
+    @property
+    def master_key_path(self) -> Path:
+        return self.data_dir / "master.key"
+
     def with_env(self, environ: Mapping[str, str] = os.environ) -> Settings:
         """Fill what the command line left unset from CAIRN_* and OPENAI_* variables."""
         try:
@@ -154,6 +162,7 @@ class Settings:
                 ledger_result_inline_bytes=int(environ.get("CAIRN_LEDGER_RESULT_INLINE_BYTES", self.ledger_result_inline_bytes)),
                 ledger_retention_s=float(environ.get("CAIRN_LEDGER_RETENTION_S", self.ledger_retention_s)),
                 ledger_sweep_interval_s=float(environ.get("CAIRN_LEDGER_SWEEP_INTERVAL_S", self.ledger_sweep_interval_s)),
+                master_key=self.master_key or environ.get("CAIRN_MASTER_KEY"),
             )
         except ValueError as exc:
             raise InvalidRequestError(f"bad CAIRN_* setting: {exc}") from exc

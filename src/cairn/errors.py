@@ -22,6 +22,7 @@ envelope of spec §1.5 from its fields; nothing else decides a status code.
         ├── WorkspaceError             workspace files could not be read or written
         ├── BlobStoreError             artifact content could not be stored, found or collected
         ├── LeaseLostError             a worker's job lease was taken over (fencing)
+        ├── StateDeserializeError      a sealed blob does not open: altered, moved, truncated or another master key
         └── RetryableToolError         raised by an operator's tool: it failed, nothing took effect,
                                        and trying again may succeed (the ledger retries it)
     CairnMisuseError (RuntimeError)    a bug: Cairn used its own API wrongly
@@ -52,6 +53,7 @@ __all__ = [
     "RetryableToolError",
     "SandboxError",
     "ServerError",
+    "StateDeserializeError",
     "StatusConflictError",
     "StoreError",
     "UnsupportedMediaTypeError",
@@ -176,6 +178,16 @@ class WorkspaceError(ServerError):
 
 class BlobStoreError(ServerError):
     default_code = "blob_store_error"
+
+
+class StateDeserializeError(ServerError):
+    """A sealed blob (run state, review snapshot, credential secret) does not decrypt or
+    verify: one byte changed, truncated, moved to another record or tenant, its data key
+    gone, or sealed under a master key this process does not have. Nothing is continued on
+    it; the message names the record, never its content."""
+
+    default_code = "state_deserialize_failure"
+    default_retryable = False
 
 
 class LeaseLostError(ServerError):

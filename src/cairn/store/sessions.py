@@ -5,7 +5,7 @@ by `store.events.append_events`) and the turn counter (`next_turn_ordinal`). Eac
 fact has one writer: the status moves only through `transition_session` (guarded by
 `cairn.states.SESSION_TRANSITIONS`), the environment's status only through
 `set_environment_status`, the settings (`prompt_cache_options`, `review`, `spend_control`)
-and `env` only at create and update, the pinned agent version and revision only at create; the required actions live in their own table
+and `env` only at create and update, the pinned agent version and revision and the vault ids only at create; the required actions live in their own table
 (`cairn.store.required_actions`), and a record read here carries them.
 """
 
@@ -66,6 +66,8 @@ class SessionRecord:
     # pinned to for its life; None for a session that brought its own agent.
     agent_version: str | None = None
     agent_revision: str | None = None
+    # The tenant's vaults whose credentials the session's turns get, in the order given.
+    vault_ids: list[str] = field(default_factory=list)
     # Not a column: the rows of `required_actions`, filled in by every read of this module.
     required_actions: tuple[RequiredAction, ...] = ()
 
@@ -77,6 +79,7 @@ _OWNED = {
     "environment_status": "set_environment_status",
     "agent_version": "insert_session",
     "agent_revision": "insert_session",
+    "vault_ids": "insert_session",
 }
 
 

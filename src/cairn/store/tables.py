@@ -12,6 +12,8 @@ __all__ = [
     "api_keys",
     "approvals",
     "artifacts",
+    "credentials",
+    "data_keys",
     "events",
     "idempotency_keys",
     "items",
@@ -22,6 +24,7 @@ __all__ = [
     "session_files",
     "sessions",
     "turns",
+    "vaults",
 ]
 
 metadata = sa.MetaData(
@@ -66,6 +69,8 @@ sessions = sa.Table(
     # The registered agent version and revision a session is pinned to (created with agent_id).
     sa.Column("agent_version", sa.String(160), nullable=True),
     sa.Column("agent_revision", sa.String(64), nullable=True),
+    # The tenant's vaults whose credentials the session's turns get (`vault_ids`, at create only).
+    sa.Column("vault_ids", sa.JSON, nullable=False, server_default="[]"),
     sa.Column("error", sa.Text, nullable=True),
     sa.Column("usage", sa.JSON, nullable=True),
     sa.Column("last_event_seq", sa.BigInteger, nullable=False, server_default="0"),
@@ -283,4 +288,52 @@ ledger_entries = sa.Table(
     sa.Index("ix_ledger_entries_session", "session_id"),
     sa.Index("ix_ledger_entries_turn", "turn_id"),
     sa.Index("ix_ledger_entries_result_blob", "result_blob"),
+)
+
+# A tenant's vaults of credentials (spec §2.5): the vault holds no secret itself.
+vaults = sa.Table(
+    "vaults",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("tenant", sa.String(128), nullable=False),
+    sa.Column("name", sa.Text, nullable=True),
+    sa.Column("metadata", sa.JSON, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Index("ix_vaults_tenant_created", "tenant", "created_at", "id"),
+)
+
+# A vault's credentials: what may be shown (`auth`, without any secret) apart from the secret
+# values, which are only ever stored sealed (`cairn.durable.sealing`).
+credentials = sa.Table(
+    "credentials",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("vault_id", sa.String(64), sa.ForeignKey("vaults.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("tenant", sa.String(128), nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("type", sa.String(32), nullable=False),
+    sa.Column("auth", sa.JSON, nullable=False),
+    sa.Column("secret", sa.LargeBinary, nullable=False),
+    sa.Column("metadata", sa.JSON, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("vault_id", "name"),
+    sa.Index("ix_credentials_vault_created", "vault_id", "created_at", "id"),
+)
+
+# The data key of every sealed blob, wrapped by a master key version (`cairn.durable.crypto`).
+# The blob names its key by `id`; deleting the row makes the blob unreadable wherever a copy
+# of it remains. `record_id` is the record the blob belongs to, for deletion and sweeps.
+data_keys = sa.Table(
+    "data_keys",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("tenant", sa.String(128), nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("record_id", sa.String(255), nullable=False),
+    sa.Column("key_version", sa.Integer, nullable=False),
+    sa.Column("wrapped", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Index("ix_data_keys_key_version", "key_version"),
+    sa.Index("ix_data_keys_kind_record", "kind", "record_id"),
 )

@@ -15,17 +15,15 @@ the first process that needs it creates (mode 0600).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
 import math
-import os
 import secrets
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
+from cairn._secret_files import create_once
 from cairn.config import Settings
 from cairn.errors import InvalidRequestError
 
@@ -104,26 +102,8 @@ class ApprovalKey:
                 return cls(bytes.fromhex(settings.approval_key))
             except ValueError as exc:
                 raise InvalidRequestError("CAIRN_APPROVAL_KEY must be hex", param="CAIRN_APPROVAL_KEY") from exc
-        return cls(bytes.fromhex(_read_or_create(settings.approval_key_path)))
+        return cls(bytes.fromhex(create_once(settings.approval_key_path, secrets.token_hex(32) + "\n").strip()))
 
     def digest(self, identity: Mapping[str, Any]) -> str:
         """HMAC-SHA-256 (hex) of the canonical JSON of `identity`."""
         return hmac.new(self._secret, canonical_json(identity), hashlib.sha256).hexdigest()
-
-
-def _read_or_create(path: Path) -> str:
-    """The key file's hex secret, created if missing. The new file is written aside and linked
-    into place, which fails if it exists: two processes creating it at once agree on one key."""
-    if not path.exists():
-        aside = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_hex(32) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            with contextlib.suppress(FileExistsError):  # another process made it first: its key is the key
-                os.link(aside, path)
-        finally:
-            os.unlink(aside)
-    return path.read_text().strip()

@@ -1,0 +1,105 @@
+"""Data key rows: the wrapped data key of each sealed blob (`cairn.durable.crypto`).
+
+This module is the only writer of `data_keys`. A row is inserted in the transaction that
+stores its blob, deleted in the one that deletes the blob's record (or by a sweep after a
+crash), and otherwise changes only when a master key rotation re-wraps it: a compare-and-set
+on the version it was read with, so a rewrap never overwrites a newer one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from cairn.store.db import Connection
+from cairn.store.tables import data_keys
+
+__all__ = [
+    "DataKeyRecord",
+    "count_by_version",
+    "delete_data_keys",
+    "delete_record_keys",
+    "get_data_key",
+    "insert_data_key",
+    "keys_not_at",
+    "orphaned_keys",
+    "set_wrapped",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DataKeyRecord:
+    id: str
+    tenant: str
+    kind: str
+    record_id: str
+    key_version: int
+    wrapped: bytes
+    created_at: float
+
+
+def _record(row: sa.Row[Any]) -> DataKeyRecord:
+    return DataKeyRecord(**row._asdict())
+
+
+async def insert_data_key(conn: Connection, record: DataKeyRecord) -> None:
+    await conn.execute(sa.insert(data_keys).values(**{f: getattr(record, f) for f in DataKeyRecord.__slots__}))
+
+
+async def get_data_key(conn: Connection, key_id: str) -> DataKeyRecord | None:
+    row = (await conn.execute(sa.select(data_keys).where(data_keys.c.id == key_id))).first()
+    return _record(row) if row is not None else None
+
+
+async def delete_data_keys(conn: Connection, key_ids: Sequence[str]) -> int:
+    """Delete these data keys; their blobs can never be opened again. Returns how many went."""
+    if not key_ids:
+        return 0
+    return int((await conn.execute(sa.delete(data_keys).where(data_keys.c.id.in_(list(key_ids))))).rowcount)
+
+
+async def delete_record_keys(conn: Connection, kind: str, record_ids: Sequence[str]) -> int:
+    """Delete the data keys of every blob of these records."""
+    if not record_ids:
+        return 0
+    stmt = sa.delete(data_keys).where(data_keys.c.kind == kind, data_keys.c.record_id.in_(list(record_ids)))
+    return int((await conn.execute(stmt)).rowcount)
+
+
+async def keys_not_at(conn: Connection, version: int, *, after: str | None, limit: int) -> list[DataKeyRecord]:
+    """Data keys wrapped by another master key version than `version`, by id, after `after`."""
+    stmt = sa.select(data_keys).where(data_keys.c.key_version != version)
+    if after is not None:
+        stmt = stmt.where(data_keys.c.id > after)
+    return [_record(r) for r in (await conn.execute(stmt.order_by(data_keys.c.id).limit(limit))).all()]
+
+
+async def set_wrapped(conn: Connection, record: DataKeyRecord, version: int, wrapped: bytes) -> bool:
+    """Store a data key re-wrapped by `version`, if its row still has the version it was read
+    with (False: deleted, or re-wrapped by another rotation meanwhile)."""
+    stmt = (
+        sa.update(data_keys)
+        .where(data_keys.c.id == record.id, data_keys.c.key_version == record.key_version)
+        .values(key_version=version, wrapped=wrapped)
+    )
+    return int((await conn.execute(stmt)).rowcount) == 1
+
+
+async def count_by_version(conn: Connection) -> dict[int, int]:
+    """How many data keys each master key version wraps."""
+    stmt = sa.select(data_keys.c.key_version, sa.func.count()).group_by(data_keys.c.key_version)
+    return {int(version): int(count) for version, count in (await conn.execute(stmt)).all()}
+
+
+async def orphaned_keys(conn: Connection, kind: str, records: sa.Table, *, limit: int) -> list[str]:
+    """Data keys of `kind` whose record is no longer in `records` (its `id` column): what a
+    crash left between deleting a record and its keys."""
+    stmt = (
+        sa.select(data_keys.c.id)
+        .where(data_keys.c.kind == kind, ~sa.exists().where(records.c.id == data_keys.c.record_id))
+        .limit(limit)
+    )
+    return [str(key_id) for key_id in (await conn.execute(stmt)).scalars().all()]
