@@ -18,6 +18,8 @@ import anyio
 
 from cairn.blobs import BlobStore
 from cairn.config import Settings
+from cairn.durable.keyring import LocalKeyring
+from cairn.durable.sealing import Sealer
 from cairn.engine.approvals import ApprovalGate
 from cairn.engine.environment import Environments
 from cairn.engine.idle import persist_all_workspaces
@@ -98,6 +100,8 @@ def build_runtime(settings: Settings, db: Database, agents: LoadedAgents | None 
         environments=Environments(settings.workspaces_dir, sandbox, build_snapshot_store(settings), db),
         resolve_model=partial(resolve_model, settings=settings),
         check_model=partial(check_model_name, settings=settings),
+        # The master keys: CAIRN_MASTER_KEY, or the data dir's key file (made on first start).
+        sealer=Sealer(LocalKeyring.from_settings(settings)),
         # A call that its agent says needs a person's approval waits for one (docs/approvals.md).
         tool_policies=ToolPolicies(gate=ApprovalGate(journal, agents, settings, reserve=ledger), reserve=ledger),
         agents=agents,

@@ -8,17 +8,21 @@ from typing import NewType
 __all__ = [
     "ApprovalId",
     "ArtifactId",
+    "CredentialId",
     "EnvironmentId",
     "ItemId",
     "SessionId",
     "TurnId",
+    "VaultId",
     "new_approval_id",
     "new_artifact_id",
     "new_call_id",
+    "new_credential_id",
     "new_environment_id",
     "new_item_id",
     "new_session_id",
     "new_turn_id",
+    "new_vault_id",
 ]
 
 SessionId = NewType("SessionId", str)
@@ -27,6 +31,8 @@ ItemId = NewType("ItemId", str)
 ArtifactId = NewType("ArtifactId", str)
 EnvironmentId = NewType("EnvironmentId", str)
 ApprovalId = NewType("ApprovalId", str)
+VaultId = NewType("VaultId", str)
+CredentialId = NewType("CredentialId", str)
 
 
 def _token() -> str:
@@ -59,3 +65,11 @@ def new_approval_id() -> ApprovalId:
 
 def new_call_id() -> str:
     return f"call_{_token()}"
+
+
+def new_vault_id() -> VaultId:
+    return VaultId(f"vault_{_token()}")
+
+
+def new_credential_id() -> CredentialId:
+    return CredentialId(f"cred_{_token()}")

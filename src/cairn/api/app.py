@@ -27,6 +27,7 @@ from cairn.api import (
     routes_items,
     routes_ledger,
     routes_sessions,
+    routes_vaults,
 )
 from cairn.api.errors import EXCEPTION_HANDLERS
 from cairn.engine.runtime import Runtime
@@ -80,6 +81,7 @@ def create_app(process: AbstractAsyncContextManager[Runtime]) -> Starlette:
             *routes_agents.routes,
             *routes_approvals.routes,
             *routes_ledger.routes,
+            *routes_vaults.routes,
         ],
         middleware=[Middleware(_RequestId)],
         exception_handlers=EXCEPTION_HANDLERS,

@@ -32,6 +32,11 @@ class Principal:
         if self.role not in _WRITE_ROLES:
             raise PermissionDeniedError(f"API key {self.key_id} has role {self.role!r}, which may only read")
 
+    def require_admin(self, what: str) -> None:
+        """Only the tenant's `admin` keys may do `what` (manage vaults and credentials)."""
+        if self.role != "admin":
+            raise PermissionDeniedError(f"API key {self.key_id} has role {self.role!r}; only an admin key may {what}")
+
     @property
     def decider(self) -> Decider:
         """This key as the decider of an approval: its role is checked against the tool's approvers."""

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from cairn.errors import InvalidRequestError
 from cairn.store.pages import Order, Page
 
-__all__ = ["ListParams", "list_params", "page_body", "parse_count"]
+__all__ = ["ListParams", "list_params", "metadata_filters", "page_body", "parse_count"]
 
 # ASCII digits only: `str.isdigit()` and `int()` also take `²`, `①`, `١` or `1_0`.
 _COUNT = re.compile(r"[0-9]{1,18}")
@@ -40,6 +40,20 @@ def list_params(request: Request, *, default_order: Order = "desc") -> ListParam
         raise InvalidRequestError("order must be 'asc' or 'desc'", param="order")
     after = query.get("after") or None
     return ListParams(after=after, limit=limit, order=order)  # type: ignore[arg-type]
+
+
+def metadata_filters(request: Request, *, known: tuple[str, ...]) -> dict[str, str]:
+    """The `metadata[KEY]=VALUE` filters of a list (at most 16, all must match); any other
+    parameter than those and `known` is refused."""
+    metadata = {}
+    for key, value in request.query_params.multi_items():
+        if key.startswith("metadata[") and key.endswith("]"):
+            metadata[key[len("metadata[") : -1]] = value
+        elif key not in ("after", "limit", "order", *known):
+            raise InvalidRequestError(f"unknown query parameter {key!r}", param=key)
+    if len(metadata) > 16:
+        raise InvalidRequestError("at most 16 metadata filters", param="metadata")
+    return metadata
 
 
 def page_body(page: Page[Any], rendered: list[dict[str, Any]]) -> dict[str, Any]:

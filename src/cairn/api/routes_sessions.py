@@ -10,11 +10,10 @@ from starlette.routing import Route
 
 from cairn.api.context import request_context
 from cairn.api.json_body import read_body, read_model
-from cairn.api.params import list_params, page_body
+from cairn.api.params import list_params, metadata_filters, page_body
 from cairn.api.schemas import CreateSessionBody, UpdateSessionBody
 from cairn.api.sse import event_stream, sse_response
 from cairn.engine.wire import render_session
-from cairn.errors import InvalidRequestError
 from cairn.store.events import EventRecord
 from cairn.store.sessions import list_sessions
 
@@ -35,6 +34,7 @@ async def create_session(request: Request) -> Response:
             "prompt_cache_options": body.prompt_cache_options.model_dump() if body.prompt_cache_options else None,
             "review": body.review,
             "spend_control": body.spend_control.model_dump() if body.spend_control else None,
+            "vault_ids": body.vault_ids or [],
         },
     )
     if not body.stream:
@@ -57,14 +57,7 @@ async def create_session(request: Request) -> Response:
 async def list_all(request: Request) -> Response:
     ctx = await request_context(request)
     params = list_params(request)
-    metadata = {}
-    for key, value in request.query_params.multi_items():
-        if key.startswith("metadata[") and key.endswith("]"):
-            metadata[key[len("metadata[") : -1]] = value
-        elif key not in ("after", "limit", "order", "agent_id"):
-            raise InvalidRequestError(f"unknown query parameter {key!r}", param=key)
-    if len(metadata) > 16:
-        raise InvalidRequestError("at most 16 metadata filters", param="metadata")
+    metadata = metadata_filters(request, known=("agent_id",))
     async with ctx.runtime.db.read() as conn:
         page = await list_sessions(
             conn, ctx.principal.tenant, after=params.after, order=params.order, limit=params.limit, metadata=metadata,

@@ -20,9 +20,14 @@ __all__ = [
     "CreateSessionBody",
     "EventsBody",
     "InputMessage",
+    "Metadata",
+    "Name",
+    "NulFree",
     "RejectBody",
     "RevokeBody",
+    "StrictBody",
     "UpdateSessionBody",
+    "check_metadata",
 ]
 
 _ToolName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
@@ -47,16 +52,16 @@ Name = Annotated[str, AfterValidator(_no_control)]
 NulFree = Annotated[str, AfterValidator(_no_nul)]
 
 
-class _Strict(BaseModel):
+class StrictBody(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
-class InputText(_Strict):
+class InputText(StrictBody):
     type: Literal["input_text"]
     text: str
 
 
-class InputImage(_Strict):
+class InputImage(StrictBody):
     type: Literal["input_image"]
     image_url: str = Field(min_length=1)
 
@@ -64,13 +69,13 @@ class InputImage(_Strict):
 InputContent = Annotated[InputText | InputImage, Field(discriminator="type")]
 
 
-class InputMessage(_Strict):
+class InputMessage(StrictBody):
     role: Literal["user"]
     content: list[InputContent] = Field(min_length=1)
     type: Literal["message"] | None = None
 
 
-class FunctionTool(_Strict):
+class FunctionTool(StrictBody):
     type: Literal["function"]
     name: _ToolName
     description: str | None = None
@@ -92,12 +97,12 @@ def _refuse_unsupported_tools(tools: list[dict[str, Any]] | None) -> list[dict[s
     return checked
 
 
-class Reasoning(_Strict):
+class Reasoning(StrictBody):
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     summary: Literal["concise", "detailed", "auto"] | None = None
 
 
-class TextConfig(_Strict):
+class TextConfig(StrictBody):
     format: dict[str, Any] | None = None
     verbosity: Literal["low", "medium", "high"] | None = None
 
@@ -111,7 +116,7 @@ class TextConfig(_Strict):
         return value
 
 
-class MultiAgent(_Strict):
+class MultiAgent(StrictBody):
     enabled: bool
     max_concurrent_subagents: int | None = None
 
@@ -123,7 +128,7 @@ class MultiAgent(_Strict):
         return value
 
 
-class AgentConfig(_Strict):
+class AgentConfig(StrictBody):
     # Required unless the session names a registered agent (`agent_id`), whose model it overrides.
     model: Name | None = Field(default=None, min_length=1, max_length=256)
     instructions: str | None = None
@@ -138,7 +143,7 @@ class AgentConfig(_Strict):
     _tools = field_validator("tools")(_refuse_unsupported_tools)
 
 
-class Network(_Strict):
+class Network(StrictBody):
     access: Literal["enabled", "disabled", "restricted"] = "disabled"
     allowed_domains: list[str] | None = None
     blocked_domains: list[str] | None = None
@@ -150,14 +155,14 @@ class Network(_Strict):
         return self
 
 
-class InlineFile(_Strict):
+class InlineFile(StrictBody):
     type: Literal["inline"]
     data: str
     # The workspace checks each component's length (`workspace_relative`); this bounds the whole.
     path: Name = Field(min_length=1, max_length=4096)
 
 
-class HostedEnvironment(_Strict):
+class HostedEnvironment(StrictBody):
     type: Literal["openai_hosted"]
     env: dict[Name, NulFree] | None = None
     network: Network | None = None
@@ -192,11 +197,11 @@ class HostedEnvironment(_Strict):
         return self
 
 
-class NoEnvironment(_Strict):
+class NoEnvironment(StrictBody):
     type: Literal["none"]
 
 
-class SelfHostedEnvironment(_Strict):
+class SelfHostedEnvironment(StrictBody):
     type: Literal["self_hosted"]
     workspace_directory: Name
     capability_directories: list[Name] | None = None
@@ -212,7 +217,7 @@ Environment = Annotated[HostedEnvironment | NoEnvironment | SelfHostedEnvironmen
 Metadata = dict[Name, NulFree]
 
 
-def _check_metadata(value: Metadata | None) -> Metadata | None:
+def check_metadata(value: Metadata | None) -> Metadata | None:
     if value is None:
         return None
     if len(value) > 16:
@@ -223,19 +228,19 @@ def _check_metadata(value: Metadata | None) -> Metadata | None:
     return value
 
 
-class StreamOptions(_Strict):
+class StreamOptions(StrictBody):
     include_obfuscation: bool | None = None
 
 
-class PromptCacheOptions(_Strict):
+class PromptCacheOptions(StrictBody):
     ttl: Literal["30m", "12h"]
 
 
-class SpendControl(_Strict):
+class SpendControl(StrictBody):
     limit: int | None = None
 
 
-class CreateSessionBody(_Strict):
+class CreateSessionBody(StrictBody):
     environment: Environment
     agent: AgentConfig | None = None
     # A registered agent (`cairn serve --agents`): its newest version, pinned; `agent` overrides its fields.
@@ -247,9 +252,17 @@ class CreateSessionBody(_Strict):
     prompt_cache_options: PromptCacheOptions | None = None
     review: Literal["none", "auto_review"] | None = None
     spend_control: SpendControl | None = None
-    vault_ids: list[Name] | None = None
+    # The tenant's vaults whose credentials the session's turns get (docs/security.md).
+    vault_ids: list[Annotated[Name, StringConstraints(min_length=1, max_length=64)]] | None = Field(default=None, max_length=10)
 
-    _metadata = field_validator("metadata")(_check_metadata)
+    _metadata = field_validator("metadata")(check_metadata)
+
+    @field_validator("vault_ids")
+    @classmethod
+    def _distinct(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("names a vault twice")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> CreateSessionBody:
@@ -257,8 +270,6 @@ class CreateSessionBody(_Strict):
             raise ValueError("`agent` with a `model` is required (or `agent_id`, the id of a registered agent)")
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options is allowed only with stream: true")
-        if self.vault_ids:
-            raise ValueError("vaults are not supported by Cairn yet")
         if self.environment.type == "none" and not self.input:
             raise ValueError("input is required when environment.type is 'none'")
         if self.stream and not self.input:
@@ -274,7 +285,7 @@ class CreateSessionBody(_Strict):
         return [m.model_dump(exclude_none=True) for m in self.input]
 
 
-class UpdateAgent(_Strict):
+class UpdateAgent(StrictBody):
     model: Name | None = Field(default=None, min_length=1, max_length=256)
     reasoning: Reasoning | None = None
     service_tier: Literal["auto", "default", "flex", "priority", "fast", "ultrafast"] | None = None
@@ -283,26 +294,26 @@ class UpdateAgent(_Strict):
     _tools = field_validator("tools")(_refuse_unsupported_tools)
 
 
-class UpdateSessionBody(_Strict):
+class UpdateSessionBody(StrictBody):
     agent: UpdateAgent | None = None
     metadata: Metadata | None = None
     prompt_cache_options: PromptCacheOptions | None = None
     review: Literal["none", "auto_review"] | None = None
     spend_control: SpendControl | None = None
 
-    _metadata = field_validator("metadata")(_check_metadata)
+    _metadata = field_validator("metadata")(check_metadata)
 
 
-class MessageEvent(_Strict):
+class MessageEvent(StrictBody):
     type: Literal["agent.session.input.message"]
     input: list[InputMessage] = Field(min_length=1)
 
 
-class CancelEvent(_Strict):
+class CancelEvent(StrictBody):
     type: Literal["agent.session.input.cancel"]
 
 
-class ToolResultEvent(_Strict):
+class ToolResultEvent(StrictBody):
     type: Literal["agent.session.input.tool_result"]
     turn_id: Name = Field(min_length=1, max_length=64)
     call_id: Name = Field(min_length=1, max_length=128)
@@ -311,12 +322,12 @@ class ToolResultEvent(_Strict):
     error: str | None = None
 
 
-class McpApprovalResponse(_Strict):
+class McpApprovalResponse(StrictBody):
     type: Literal["mcp_tool_call"]
     decision: Literal["approve", "deny", "cancel"]
 
 
-class McpApprovalResultEvent(_Strict):
+class McpApprovalResultEvent(StrictBody):
     """A decision on an `mcp_approval_request` (spec §5): `cancel` dismisses the request, and
     the call does not run; the turn goes on."""
 
@@ -328,31 +339,31 @@ class McpApprovalResultEvent(_Strict):
 InputEvent = Annotated[MessageEvent | CancelEvent | ToolResultEvent | McpApprovalResultEvent, Field(discriminator="type")]
 
 
-class EventsBody(_Strict):
+class EventsBody(StrictBody):
     events: list[InputEvent] = Field(min_length=1, max_length=64)
 
 
 # Bodies of `/v1/approvals/{id}/…` (docs/approvals.md).
 
 
-class ApproveBody(_Strict):
+class ApproveBody(StrictBody):
     # The digest the approver was shown: approving binds to exactly that call.
     arguments_digest: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
-class RejectBody(_Strict):
+class RejectBody(StrictBody):
     # What the model is told, as the call's result.
     message: NulFree | None = Field(default=None, max_length=4096)
 
 
-class RevokeBody(_Strict):
+class RevokeBody(StrictBody):
     reason: NulFree | None = Field(default=None, max_length=4096)
 
 
 # Body of `POST /v1/ledger/{operation_key}/resolve` (docs/ledger.md): exactly one of them.
 
 
-class ResolveBody(_Strict):
+class ResolveBody(StrictBody):
     # It happened: the call's result (what the tool would have returned).
     succeeded: NulFree | None = None
     # It did not happen, or failed: the call's error, as the model is told.

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from cairn.blobs import BlobStore
 from cairn.config import Settings
+from cairn.durable.sealing import Sealer
 from cairn.engine.environment import Environments
 from cairn.engine.journal import Journal
 from cairn.engine.notifier import Notifier
@@ -31,6 +32,9 @@ class Runtime:
     resolve_model: Callable[[str], Model]
     # Validates a model name without creating the model (session create and update).
     check_model: Callable[[str], None]
+    # Seals and opens what is kept encrypted at rest (credential secrets, run state), with the
+    # deployment's master keys.
+    sealer: Sealer
     # What the tool pipeline's gate and reserve stages ask; by default every call runs.
     tool_policies: ToolPolicies = field(default_factory=ToolPolicies)
     # The operator's registered agents (`--agents MODULE:ATTR`); none by default.

@@ -29,6 +29,7 @@ from cairn.ids import new_environment_id, new_session_id, new_turn_id
 from cairn.sandbox.base import SandboxBackend
 from cairn.states import ApprovalReason, EnvironmentStatus, ItemStatus, SessionStatus, TurnStatus
 from cairn.store.approvals import Decider, close_approvals
+from cairn.store.db import Connection
 from cairn.store.idempotency import record_idempotency_key
 from cairn.store.items import pending_client_calls, transition_item
 from cairn.store.required_actions import resolve_required_action
@@ -43,6 +44,7 @@ from cairn.store.turns import (
     next_queued_turn,
     update_turn,
 )
+from cairn.store.vaults import existing_vaults
 
 __all__ = ["CreatedSession", "SessionService"]
 
@@ -87,6 +89,14 @@ def _environment_view(environment: Mapping[str, Any], environment_id: str, sandb
     }
 
 
+async def _check_vaults(conn: Connection, tenant: str, vault_ids: Sequence[str]) -> None:
+    """Every vault a new session names is one of its tenant's (another tenant's is unknown)."""
+    found = await existing_vaults(conn, vault_ids, tenant=tenant)
+    missing = [v for v in vault_ids if v not in found]
+    if missing:
+        raise InvalidRequestError(f"vault_ids: no vault found with id '{missing[0]}'", param="vault_ids")
+
+
 class SessionService:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
@@ -110,6 +120,7 @@ class SessionService:
         environment = dict(body["environment"])
         inline_files = decode_inline_files(environment.get("files") or [])
         environment_id = new_environment_id()
+        vault_ids = list(body.get("vault_ids") or [])
         now = time.time()
         record = SessionRecord(
             id=session_id,
@@ -134,10 +145,12 @@ class SessionService:
             spend_control=body.get("spend_control"),
             agent_version=pinned.version if pinned is not None else None,
             agent_revision=pinned.revision if pinned is not None else None,
+            vault_ids=vault_ids,
         )
         # The workspace itself is made by the worker that first runs a turn of the session,
         # from the files stored here (docs/workers.md): this process may not be that machine.
         async with self.rt.journal.transaction(session_id) as tx:
+            await _check_vaults(tx.conn, tenant, vault_ids)
             await insert_session(tx.conn, record)
             await insert_session_files(tx.conn, session_id, inline_files)
             tx.emit(session_event("created", record))

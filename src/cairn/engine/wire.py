@@ -57,8 +57,7 @@ def render_session(session: SessionRecord) -> dict[str, Any]:
         "required_actions": [render_required_action(a) for a in session.required_actions],
         "status": session.status,
         "usage": render_usage(session.usage),
-        # Vaults are refused at create (api/schemas.py), so no session has any.
-        "vault_ids": [],
+        "vault_ids": list(session.vault_ids),
     }
     settings = {"prompt_cache_options": session.prompt_cache_options, "review": session.review,
                 "spend_control": session.spend_control}

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import httpx2
+import openai
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from cairn.api.app import create_app
@@ -41,10 +43,22 @@ class Api:
         return self.keys[name]
 
     async def call(self, method: str, path: str, role: str = "approver", tenant: str = "t1", **kwargs: Any) -> httpx.Response:
-        app = _WithRuntime(create_app(_never_entered()), self.engine.runtime)  # type: ignore[arg-type]
+        app = in_process_app(self.engine.runtime)
         headers = {**kwargs.pop("headers", {}), "Authorization": f"Bearer {await self.key(role, tenant)}"}
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://cairn/v1") as http:
             return await http.request(method, path, headers=headers, **kwargs)
+
+
+    async def official(self, role: str = "admin", tenant: str = "t1") -> openai.AsyncOpenAI:
+        """The official client, as an application would use it, with a key of `role` in `tenant`."""
+        transport = httpx2.ASGITransport(app=in_process_app(self.engine.runtime))
+        http = httpx2.AsyncClient(transport=transport, base_url="http://cairn/v1")
+        return openai.AsyncOpenAI(base_url="http://cairn/v1", api_key=await self.key(role, tenant), http_client=http, max_retries=0)
+
+
+def in_process_app(runtime: Runtime) -> ASGIApp:
+    """The HTTP app over `runtime`, with the state its lifespan would give it."""
+    return _WithRuntime(create_app(_never_entered()), runtime)  # type: ignore[arg-type]
 
 
 class _never_entered:  # noqa: N801 - stands in for the process context, which the test replaces

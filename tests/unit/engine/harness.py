@@ -18,6 +18,8 @@ from typing import Any
 
 from cairn.blobs import BlobStore
 from cairn.config import Settings
+from cairn.durable.keyring import LocalKeyring
+from cairn.durable.sealing import Sealer
 from cairn.engine.approvals import ApprovalGate
 from cairn.engine.environment import Environments
 from cairn.engine.journal import Journal
@@ -148,6 +150,7 @@ class EngineHarness:
             environments=Environments(self.settings.workspaces_dir, self.sandbox, open_snapshot_store(SnapshotStoreConfig(backend="none")), db),
             resolve_model=resolve or partial(resolve_model, settings=self.settings),
             check_model=partial(check_model_name, settings=self.settings),
+            sealer=Sealer(LocalKeyring.from_settings(self.settings)),
             tool_policies=policies,
             agents=self.agents,
         )
