@@ -1,4 +1,4 @@
-"""The `cairn` command: serve, worker, keys, approvals, ledger, db, blobs, snapshots, doctor, demo.
+"""The `cairn` command: serve, worker, keys, approvals, ledger, secrets, db, blobs, snapshots, doctor, demo.
 
 Every subcommand runs its async work with `anyio.run`; errors a user can fix end in a
 one-line message and exit status 2, never a traceback.
@@ -258,6 +258,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_ledger_commands(sub)
 
+    from cairn.secrets_cli import add_secret_commands
+
+    add_secret_commands(sub, common)
+
     db = sub.add_parser("db", parents=[common], help="database schema")
     db_sub = db.add_subparsers(dest="db_command", required=True)
     db_sub.add_parser("upgrade", parents=[common], help="migrate the schema to this version of Cairn")
@@ -314,6 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             anyio.run(_keys, args, settings)
         elif args.command in ("approvals", "ledger"):
             args.run(args, settings)
+        elif args.command == "secrets":
+            from cairn.secrets_cli import run_secrets
+
+            return int(anyio.run(run_secrets, args, settings))
         elif args.command == "db":
             anyio.run(_db, args, settings)
         elif args.command == "blobs":

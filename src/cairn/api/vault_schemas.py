@@ -18,16 +18,15 @@ from pydantic import AfterValidator, Field, field_validator
 
 from cairn.api.schemas import Metadata, Name, StrictBody, check_metadata
 from cairn.api.text import describe_control
+from cairn.redaction import MIN_SECRET_CHARS
 
 __all__ = [
     "CreateCredentialBody",
     "CreateVaultBody",
-    "MIN_SECRET_CHARS",
     "UpdateCredentialBody",
     "UpdateVaultBody",
 ]
 
-MIN_SECRET_CHARS = 8
 _MAX_SECRET_CHARS = 16 * 1024
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # Set by the sandbox for every command, or kept for the egress proxy and its certificates.

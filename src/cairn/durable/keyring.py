@@ -100,12 +100,17 @@ class LocalKeyring(KeyProvider):
         self._checked_at = time.monotonic()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> LocalKeyring:
+    def from_settings(cls, settings: Settings, *, create: bool = True) -> LocalKeyring:
         """The keyring `settings` name: `CAIRN_MASTER_KEY`, else the data dir's key file,
-        created with one new key (version 1) if there is none."""
+        created with one new key (version 1) if there is none and `create` is set."""
         if settings.master_key is not None:
             return cls(parse_keys(settings.master_key, source="CAIRN_MASTER_KEY"))
         path = settings.master_key_path
+        if not create and not path.exists():
+            raise InvalidRequestError(
+                f"no master key: neither CAIRN_MASTER_KEY nor {path} (give the data dir or the key the server uses)",
+                param="CAIRN_MASTER_KEY",
+            )
         text = create_once(path, format_keys({1: AESGCM.generate_key(bit_length=KEY_BYTES * 8)}))
         return cls(parse_keys(text, source=str(path)), path=path)
 

@@ -22,6 +22,7 @@ __all__ = [
     "count_by_version",
     "delete_data_keys",
     "delete_record_keys",
+    "first_key_at",
     "get_data_key",
     "insert_data_key",
     "keys_not_at",
@@ -86,6 +87,13 @@ async def set_wrapped(conn: Connection, record: DataKeyRecord, version: int, wra
         .values(key_version=version, wrapped=wrapped)
     )
     return int((await conn.execute(stmt)).rowcount) == 1
+
+
+async def first_key_at(conn: Connection, version: int) -> DataKeyRecord | None:
+    """One data key wrapped by `version` (the one with the lowest id), if any."""
+    stmt = sa.select(data_keys).where(data_keys.c.key_version == version).order_by(data_keys.c.id).limit(1)
+    row = (await conn.execute(stmt)).first()
+    return _record(row) if row is not None else None
 
 
 async def count_by_version(conn: Connection) -> dict[int, int]:
