@@ -32,6 +32,7 @@ from cairn.engine.tools.workspace import BUILTIN_TOOLS
 from cairn.errors import InvalidRequestError
 from cairn.models.registry import check_model_name, resolve_model
 from cairn.operator import LoadedAgents, load_agents
+from cairn.redaction import redacted_log_records
 from cairn.sandbox import select_backend
 from cairn.snapshots import SnapshotStore, SnapshotStoreConfig, open_snapshot_store
 from cairn.store.db import Database
@@ -121,7 +122,8 @@ async def open_runtime(settings: Settings, agents: LoadedAgents | None = None) -
         runtime = build_runtime(settings, db, agents)
         log.info("sandbox backend: %s", runtime.sandbox.name)
         try:
-            yield runtime
+            with redacted_log_records(runtime.redactors):
+                yield runtime
         finally:
             with anyio.CancelScope(shield=True):
                 await persist_all_workspaces(runtime)

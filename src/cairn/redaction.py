@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-__all__ = ["MIN_SECRET_CHARS", "REDACTED", "Redactor", "StreamRedactor"]
+__all__ = ["MIN_SECRET_CHARS", "REDACTED", "KnownValues", "Redactor", "SessionRedactors", "StreamRedactor", "redacted_log_records"]
 
 REDACTED = "[redacted]"
 # A shorter value could not be told apart from ordinary text: redacting it would blank out
@@ -163,3 +166,130 @@ class StreamRedactor:
         """What is held back, redacted: the end of the stream."""
         rest, self._held = self._held, ""
         return self._redactor.text(rest)
+
+
+class KnownValues:
+    """The secret values one session's execution knows, and their redactor.
+
+    Made from the session's credentials when a turn starts in a worker; a value the operator's
+    code registers while the turn runs (`ToolContext.register_secret`) is added for the rest of
+    that execution. In memory only: `repr` names no value and it refuses to be pickled."""
+
+    __slots__ = ("_generation", "_redactor", "_values")
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        self._values: frozenset[str] = frozenset()
+        self._redactor = Redactor()
+        self._generation = 0
+        self.add(*values)
+
+    def __repr__(self) -> str:
+        return f"<KnownValues: {len(self._values)} secret values>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("known secret values are never serialized")
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def add(self, *values: str) -> None:
+        """Redact `values` too from now on (each at least `MIN_SECRET_CHARS` long)."""
+        added = frozenset(values) - self._values
+        if not added:
+            return
+        redactor = Redactor(self._values | added)  # raises for a value too short, before anything changes
+        self._values |= added
+        self._redactor = redactor
+        self._generation += 1
+
+    @property
+    def values(self) -> frozenset[str]:
+        return self._values
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever a value is added (for caches built over several sessions)."""
+        return self._generation
+
+    @property
+    def redactor(self) -> Redactor:
+        return self._redactor
+
+
+class SessionRedactors:
+    """The known values of every session whose turn this process runs right now.
+
+    The journal asks it for a session's redactor before it writes that session's items and
+    events; the log record factory (`redacted_log_records`) applies all of them to every log
+    line of the process, whichever task or thread writes it. One per runtime."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, list[KnownValues]] = {}
+        self._union: tuple[tuple[tuple[int, int], ...], Redactor] = ((), Redactor())
+
+    @contextmanager
+    def holding(self, session_id: str, known: KnownValues) -> Iterator[KnownValues]:
+        """`known` is the session's while the block runs (an execution of one of its turns)."""
+        with self._lock:
+            self._held.setdefault(session_id, []).append(known)
+        try:
+            yield known
+        finally:
+            with self._lock:
+                held = self._held[session_id]
+                held.remove(known)
+                if not held:
+                    del self._held[session_id]
+
+    def for_session(self, session_id: str) -> Redactor:
+        """The redactor of `session_id`'s known values (empty when none are held here)."""
+        with self._lock:
+            held = list(self._held.get(session_id, ()))
+        if not held:
+            return _EMPTY
+        if len(held) == 1:
+            return held[0].redactor
+        return Redactor(set().union(*(k.values for k in held)))
+
+    def everywhere(self) -> Redactor:
+        """One redactor of every value held in this process (for log lines)."""
+        with self._lock:
+            known = [k for held in self._held.values() for k in held]
+            stamp = tuple((id(k), k.generation) for k in known)
+            if stamp != self._union[0]:
+                self._union = (stamp, Redactor(set().union(*(k.values for k in known))) if known else _EMPTY)
+            return self._union[1]
+
+
+_EMPTY = Redactor()
+
+
+@contextmanager
+def redacted_log_records(redactors: SessionRedactors) -> Iterator[None]:
+    """While the block runs, every log record this process makes has the known values of
+    `redactors` replaced in its message and its traceback, whatever logger or handler it goes
+    to (the one choke point of log lines: the record factory)."""
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        redactor = redactors.everywhere()
+        if redactor.is_empty:
+            return record
+        message = record.getMessage()
+        record.msg, record.args = redactor.text(message), None
+        if record.exc_info:
+            record.exc_text = redactor.text(logging.Formatter().formatException(record.exc_info))
+        if record.stack_info:
+            record.stack_info = redactor.text(record.stack_info)
+        return record
+
+    logging.setLogRecordFactory(factory)
+    try:
+        yield
+    finally:
+        logging.setLogRecordFactory(previous)

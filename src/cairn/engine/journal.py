@@ -15,14 +15,18 @@ sees every turn queued before it (or the request queuing one sees the turn ended
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.engine.notifier import Notifier
+from cairn.redaction import Redactor, SessionRedactors
+from cairn.states import ItemStatus
 from cairn.store.db import Connection, Database
 from cairn.store.events import EventRecord, append_events
+from cairn.store.items import ItemRecord, insert_item, transition_item
 from cairn.store.sessions import lock_session
 
 __all__ = ["JOBS_TOPIC", "SESSION_TOPIC", "Journal", "Transaction", "wake_on_topic"]
@@ -44,6 +48,8 @@ def wake_on_topic(notifier: Notifier, topic: str) -> None:
 class Transaction:
     conn: Connection
     session_id: str
+    # The session's known secret values, as this process holds them now.
+    redactor: Redactor = field(default_factory=Redactor)
     pending: list[dict[str, Any]] = field(default_factory=list)
     appended: list[EventRecord] = field(default_factory=list)
     jobs_queued: bool = False
@@ -51,19 +57,33 @@ class Transaction:
     def emit(self, *payloads: dict[str, Any]) -> None:
         self.pending.extend(payloads)
 
+    async def insert_item(self, record: ItemRecord) -> ItemRecord:
+        """Store a new item of the session, known secret values redacted."""
+        if not self.redactor.is_empty:
+            record = dataclasses.replace(record, data=self.redactor.value(record.data))
+        return await insert_item(self.conn, record)
+
+    async def transition_item(self, item: ItemRecord, to: ItemStatus, *, data: dict[str, Any]) -> ItemRecord:
+        """Close `item` with its final content (`cairn.store.items.transition_item`), known secret
+        values redacted."""
+        return await transition_item(self.conn, item, to, data=self.redactor.value(data))
+
 
 class Journal:
-    def __init__(self, db: Database, notifier: Notifier) -> None:
+    def __init__(self, db: Database, notifier: Notifier, redactors: SessionRedactors | None = None) -> None:
         self.db = db
         self.notifier = notifier
+        self.redactors = redactors if redactors is not None else SessionRedactors()
 
     @asynccontextmanager
     async def transaction(self, session_id: str) -> AsyncIterator[Transaction]:
         async with self.db.write() as conn:
             await lock_session(conn, session_id)
-            tx = Transaction(conn=conn, session_id=session_id)
+            tx = Transaction(conn=conn, session_id=session_id, redactor=self.redactors.for_session(session_id))
             yield tx
-            tx.appended = await append_events(conn, session_id, tx.pending)
+            # Read again: the operator's code may have registered a value during the transaction.
+            redactor = self.redactors.for_session(session_id)
+            tx.appended = await append_events(conn, session_id, [redactor.value(p) for p in tx.pending])
             if tx.appended:
                 await self.db.announce(conn, f"{SESSION_TOPIC}{session_id}")
             if tx.jobs_queued:

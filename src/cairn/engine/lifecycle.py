@@ -20,7 +20,7 @@ from cairn.engine.wire import render_usage
 from cairn.errors import AgentVersionError
 from cairn.states import ApprovalReason, ApprovalStatus, ItemStatus, SessionStatus, TurnStatus
 from cairn.store.approvals import close_approvals
-from cairn.store.items import ItemRecord, insert_item, new_item, transition_item, turn_items
+from cairn.store.items import ItemRecord, new_item, turn_items
 from cairn.store.jobs import enqueue_job
 from cairn.store.ledger import close_turn_entries
 from cairn.store.required_actions import drop_required_actions
@@ -83,8 +83,7 @@ async def add_call_output(tx: Transaction, call: ItemRecord, *, output: Any, err
         data["output"] = output
     else:
         data["error"] = error
-    item = await insert_item(
-        tx.conn,
+    item = await tx.insert_item(
         new_item(
             session_id=call.session_id,
             turn_id=call.turn_id,
@@ -93,7 +92,7 @@ async def add_call_output(tx: Transaction, call: ItemRecord, *, output: Any, err
             call_id=call.call_id,
             tool_kind=call.tool_kind,
             data=data,
-        ),
+        )
     )
     tx.emit(item_event("added", item, None))
     return item
@@ -107,7 +106,7 @@ async def close_open_item(tx: Transaction, item: ItemRecord, note: str) -> ItemR
         data["output"] = (data.get("output") or "") + f"\n[{note}]"
     elif item.type == "mcp_call":
         data["error"] = note
-    closed = await transition_item(tx.conn, item, ItemStatus.INCOMPLETE, data=data)
+    closed = await tx.transition_item(item, ItemStatus.INCOMPLETE, data=data)
     tx.emit(item_event("done", closed, closed.output_index))
     return closed
 
@@ -144,6 +143,8 @@ async def close_turn(
     uncertain = await close_turn_entries(tx.conn, turn.id)
     if uncertain:
         log.warning("turn %s %s while %d side effect(s) ran: their ledger entries are uncertain", turn.id, status, uncertain)
+    if error is not None:
+        error = tx.redactor.value(error)  # a failure's message may quote a tool's secret
     closed = await transition_turn(tx.conn, turn, status, error=error, completed_at=time.time(), lease_token=None)
     if turn.status == TurnStatus.WAITING:
         await drop_required_actions(tx.conn, turn.id)

@@ -14,6 +14,7 @@ from cairn.engine.notifier import Notifier
 from cairn.engine.tools.build import ToolPolicies
 from cairn.models.base import Model
 from cairn.operator import LoadedAgents
+from cairn.redaction import SessionRedactors
 from cairn.sandbox.base import SandboxBackend
 from cairn.store.db import Database
 
@@ -39,3 +40,9 @@ class Runtime:
     tool_policies: ToolPolicies = field(default_factory=ToolPolicies)
     # The operator's registered agents (`--agents MODULE:ATTR`); none by default.
     agents: LoadedAgents = field(default_factory=LoadedAgents)
+
+    @property
+    def redactors(self) -> SessionRedactors:
+        """The known secret values of the sessions whose turns run in this process (the journal
+        redacts what it writes with them)."""
+        return self.journal.redactors

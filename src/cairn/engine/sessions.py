@@ -24,6 +24,7 @@ from cairn.engine.lifecycle import add_call_output, close_turn, queue_turn_job, 
 from cairn.engine.loop.waiting import release_hold
 from cairn.engine.runtime import Runtime
 from cairn.engine.session_agent import new_session_agent, updated_agent
+from cairn.engine.vaults.injection import check_session_env, open_credentials
 from cairn.errors import CairnMisuseError, ConflictError, InvalidRequestError, NotFoundError
 from cairn.ids import new_environment_id, new_session_id, new_turn_id
 from cairn.sandbox.base import SandboxBackend
@@ -31,7 +32,7 @@ from cairn.states import ApprovalReason, EnvironmentStatus, ItemStatus, SessionS
 from cairn.store.approvals import Decider, close_approvals
 from cairn.store.db import Connection
 from cairn.store.idempotency import record_idempotency_key
-from cairn.store.items import pending_client_calls, transition_item
+from cairn.store.items import pending_client_calls
 from cairn.store.required_actions import resolve_required_action
 from cairn.store.session_files import insert_session_files
 from cairn.store.sessions import SessionRecord, allocate_turn_ordinal, delete_session, get_session, insert_session, update_session
@@ -137,7 +138,8 @@ class SessionService:
             outputs_manifest={},
             created_at=now,
             last_active_at=now,
-            # `env` is kept out of the rendered environment: its values may be secrets.
+            # `env` is plain configuration, kept out of the rendered environment; a credential's
+            # value in it is refused below (secrets belong in vaults: docs/security.md).
             env=dict(environment.get("env") or {}),
             environment_status=EnvironmentStatus.READY if environment["type"] != "none" else None,
             prompt_cache_options=body.get("prompt_cache_options"),
@@ -151,6 +153,8 @@ class SessionService:
         # from the files stored here (docs/workers.md): this process may not be that machine.
         async with self.rt.journal.transaction(session_id) as tx:
             await _check_vaults(tx.conn, tenant, vault_ids)
+            if vault_ids and record.env:
+                check_session_env(record.env, await open_credentials(tx.conn, self.rt.sealer, tenant, vault_ids))
             await insert_session(tx.conn, record)
             await insert_session_files(tx.conn, session_id, inline_files)
             tx.emit(session_event("created", record))
@@ -290,7 +294,7 @@ class SessionService:
             # The exact message the official client's race retry recognises (spec §6.4).
             raise InvalidRequestError(f"Unknown pending tool call: {call_id}", code="invalid_request_error", param="call_id")
         success = bool(event["success"])
-        await transition_item(tx.conn, call, ItemStatus.COMPLETED if success else ItemStatus.FAILED, data=call.data)
+        await tx.transition_item(call, ItemStatus.COMPLETED if success else ItemStatus.FAILED, data=call.data)
         error = None if success else event.get("error") or "the client reported a failure"
         await add_call_output(tx, call, output=event.get("output"), error=error)
         if turn.status == TurnStatus.WAITING:

@@ -11,6 +11,7 @@ agents; it runs nothing and imports nothing of the engine (docs/agents.md).
 from cairn.errors import AgentDefinitionError, AgentVersionError, RetryableToolError
 from cairn.operator.agent import Agent
 from cairn.operator.context import ApprovalView, ToolContext
+from cairn.operator.credentials import Credential, Credentials, EnvironmentVariable, McpOAuth, StaticBearer
 from cairn.operator.deps import RuntimeDeps
 from cairn.operator.effects import ProbeAnswer, ProbeVerdict
 from cairn.operator.loaded import BuiltinTools, LoadedAgent, LoadedAgents, revision_of
@@ -38,14 +39,19 @@ __all__ = [
     "ApprovalView",
     "ArgumentsMatching",
     "BuiltinTools",
+    "Credential",
+    "Credentials",
+    "EnvironmentVariable",
     "LoadedAgent",
     "LoadedAgents",
+    "McpOAuth",
     "OperatorToolDef",
     "ProbeAnswer",
     "ProbeVerdict",
     "RetryableToolError",
     "RuntimeDeps",
     "SideEffect",
+    "StaticBearer",
     "ToolContext",
     "commands_matching",
     "load_agents",

@@ -3,7 +3,9 @@ turn started (or taken over from the worker that had it).
 
 A job whose turn is gone, over, or cancelled before it started is settled here and runs
 nothing. A turn that cannot start (its pinned agent version is not loaded here unchanged,
-an unknown model, a workspace that cannot be prepared) fails before its first step. The workspace is ready before the turn starts, so its events
+an unknown model, credentials that cannot be decrypted, a workspace that cannot be prepared)
+fails before its first step. The session's credentials are decrypted here, in memory, at
+every execution: the first run and each resume (`cairn.engine.vaults.injection`). The workspace is ready before the turn starts, so its events
 precede the turn's.
 """
 
@@ -16,11 +18,12 @@ from cairn.engine.events import environment_event, item_event, turn_event
 from cairn.engine.journal import Transaction
 from cairn.engine.lifecycle import close_turn, set_session_status
 from cairn.engine.runtime import Runtime
+from cairn.engine.vaults.injection import SessionSecrets, load_session_secrets
 from cairn.errors import AgentVersionError, CairnError, StatusConflictError
 from cairn.models.base import Model
 from cairn.snapshots import StartOutcome
 from cairn.states import EnvironmentStatus, SessionStatus, TurnStatus
-from cairn.store.items import ItemRecord, insert_item, new_item, session_items
+from cairn.store.items import ItemRecord, new_item, session_items
 from cairn.store.jobs import Job, complete_job
 from cairn.store.sessions import SessionRecord, get_session, set_environment_status
 from cairn.store.turns import TurnRecord, get_turn, transition_turn
@@ -37,6 +40,8 @@ class TurnStart:
     turn: TurnRecord
     model: Model
     items: list[ItemRecord]  # the session's history
+    # The session's credentials for this execution, in memory only.
+    secrets: SessionSecrets
     # A worker died (or lost its lease) running this turn: what it left open needs recovery.
     is_taken_over: bool
 
@@ -63,7 +68,13 @@ async def begin_turn(rt: Runtime, job: Job) -> TurnStart | None:
         await _fail_before_start(rt, job, turn, {"code": "invalid_request", "message": exc.message})
         return None
     try:
-        started = await _take_up(rt, job, session, turn, model)
+        secrets = await load_session_secrets(rt, session)
+    except CairnError as exc:
+        await model.aclose()
+        await _fail_before_start(rt, job, turn, {"code": exc.code, "message": f"the session's credentials: {exc.message}"})
+        return None
+    try:
+        started = await _take_up(rt, job, session, turn, model, secrets)
     except BaseException:
         await model.aclose()
         raise
@@ -72,7 +83,9 @@ async def begin_turn(rt: Runtime, job: Job) -> TurnStart | None:
     return started
 
 
-async def _take_up(rt: Runtime, job: Job, session: SessionRecord, turn: TurnRecord, model: Model) -> TurnStart | None:
+async def _take_up(
+    rt: Runtime, job: Job, session: SessionRecord, turn: TurnRecord, model: Model, secrets: SessionSecrets
+) -> TurnStart | None:
     if session.environment["type"] != "none":
         failure = await _acquire_workspace(rt, session, turn)
         if failure is not None:
@@ -96,7 +109,7 @@ async def _take_up(rt: Runtime, job: Job, session: SessionRecord, turn: TurnReco
                 current_session = await get_session(tx.conn, job.session_id)
                 assert current_session is not None
                 items = await session_items(tx.conn, current_session.id)
-                started = TurnStart(job, current_session, current, model, items, is_taken_over)
+                started = TurnStart(job, current_session, current, model, items, secrets, is_taken_over)
     except StatusConflictError:
         started = None  # the turn moved (was cancelled) between its read and this write
     if started is None:
@@ -158,14 +171,13 @@ async def _start(tx: Transaction, turn: TurnRecord, session: SessionRecord, job:
     turn = await transition_turn(tx.conn, turn, TurnStatus.IN_PROGRESS, started_at=time.time(), lease_token=job.lease_token)
     tx.emit(turn_event("in_progress", turn))
     for message in turn.input:
-        item = await insert_item(
-            tx.conn,
+        item = await tx.insert_item(
             new_item(
                 session_id=turn.session_id,
                 turn_id=turn.id,
                 type="message",
                 data={"role": "user", "phase": None, "content": message["content"]},
-            ),
+            )
         )
         tx.emit(item_event("added", item, None))
     return turn

@@ -30,7 +30,7 @@ from cairn.engine.tools.base import Hold, Tool, ToolResult
 from cairn.engine.tools.record import TurnWriter, announce_result, finished_call
 from cairn.models.base import InputItem, ModelResponse, ToolCall, Usage
 from cairn.states import ItemStatus
-from cairn.store.items import ItemRecord, insert_item, new_item, session_items, transition_item
+from cairn.store.items import ItemRecord, new_item, session_items
 from cairn.store.jobs import Job
 from cairn.store.sessions import SessionRecord
 from cairn.store.turns import TurnRecord, advance_step, fence_turn, update_turn
@@ -116,8 +116,7 @@ class TurnRecorder(TurnWriter):
     async def _new_item(self, tx: Transaction, type_: str, data: dict[str, Any], **cols: Any) -> ItemRecord:
         output_index = self._next_output_index
         self._next_output_index += 1
-        item = await insert_item(
-            tx.conn,
+        item = await tx.insert_item(
             new_item(
                 session_id=self.session.id,
                 turn_id=self.turn.id,
@@ -127,7 +126,7 @@ class TurnRecorder(TurnWriter):
                 call_id=cols.pop("call_id", None),
                 tool_kind=cols.pop("tool_kind", None),
                 output_index=output_index,
-            ),
+            )
         )
         self.remember(item)
         return item
@@ -150,7 +149,7 @@ class TurnRecorder(TurnWriter):
     async def abandon_message(self, message: ItemRecord) -> None:
         """The model attempt that streamed into `message` failed."""
         async with self.write() as tx:
-            closed = await transition_item(tx.conn, message, ItemStatus.INCOMPLETE, data=message.data)
+            closed = await tx.transition_item(message, ItemStatus.INCOMPLETE, data=message.data)
             self.remember(closed)
             tx.emit(item_event("done", closed, closed.output_index))
 
@@ -194,8 +193,8 @@ class TurnRecorder(TurnWriter):
         text = response.text or ""
         part = {"type": "output_text", "text": text, "annotations": []}
         phase = "commentary" if response.tool_calls else "final_answer"
-        closed = await transition_item(
-            tx.conn, message, ItemStatus.COMPLETED, data={"role": "assistant", "phase": phase, "content": [part]}
+        closed = await tx.transition_item(
+            message, ItemStatus.COMPLETED, data={"role": "assistant", "phase": phase, "content": [part]}
         )
         index = closed.output_index
         assert index is not None

@@ -50,6 +50,12 @@ class TurnRunner:
         start = await begin_turn(self.rt, job)
         if start is None:
             return
+        # While the turn runs here, its credentials' values are taken out of everything this
+        # process stores for the session and every line it logs.
+        with self.rt.redactors.holding(start.session.id, start.secrets.known_values):
+            await self._run(job, start, stopping)
+
+    async def _run(self, job: Job, start: TurnStart, stopping: anyio.Event | None) -> None:
         recorder = TurnRecorder(self.rt.journal, job, start.session, start.turn, start.items)
         step = Step.of_turn(self.rt, start, recorder)
         try:

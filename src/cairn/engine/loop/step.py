@@ -28,6 +28,7 @@ from cairn.engine.tools.base import Hold, Tool, ToolContext, ToolResult, recorde
 from cairn.engine.tools.build import build_pipeline
 from cairn.engine.tools.pipeline import CallInFlight, Defer, Pipeline
 from cairn.engine.tools.toolbox import Toolbox, workspace_tools
+from cairn.engine.vaults.injection import SessionSecrets, no_secrets
 from cairn.errors import CairnMisuseError, ModelError
 from cairn.models.base import Model, ModelRequest, ModelResponse, TextDelta, ToolCall
 from cairn.store.items import ItemRecord
@@ -64,16 +65,21 @@ def session_toolbox(rt: Runtime, session: SessionRecord) -> Toolbox:
 class Step:
     """Runs the steps of one turn; holds what every step of the turn shares."""
 
-    def __init__(self, recorder: TurnRecorder, model: Model, toolbox: Toolbox, pipeline: Pipeline) -> None:
+    def __init__(
+        self, recorder: TurnRecorder, model: Model, toolbox: Toolbox, pipeline: Pipeline, secrets: SessionSecrets | None = None
+    ) -> None:
         self.recorder = recorder
         self.model = model
         self.toolbox = toolbox
         self.pipeline = pipeline
+        self.secrets = secrets if secrets is not None else no_secrets()
 
     @classmethod
     def of_turn(cls, rt: Runtime, start: TurnStart, recorder: TurnRecorder) -> Step:
-        """The steps of the turn `start` took up: the session's tools, the runtime's policies."""
-        return cls(recorder, start.model, session_toolbox(rt, start.session), build_pipeline(rt.tool_policies, recorder))
+        """The steps of the turn `start` took up: the session's tools, the runtime's policies,
+        the credentials this execution decrypted."""
+        toolbox = session_toolbox(rt, start.session)
+        return cls(recorder, start.model, toolbox, build_pipeline(rt.tool_policies, recorder), start.secrets)
 
     async def run(self) -> StepOutcome:
         """Ask the model for the next step, record it, and take its calls through the pipeline."""
@@ -126,7 +132,21 @@ class Step:
         return outcome
 
     def _context(self, call: ToolCall, stream: Callable[[str], None]) -> ToolContext:
-        return ToolContext(session=self.recorder.session, turn_id=self.recorder.turn.id, call_id=call.call_id, stream_output=stream)
+        secrets = self.secrets
+        return ToolContext(
+            session=self.recorder.session,
+            turn_id=self.recorder.turn.id,
+            call_id=call.call_id,
+            stream_output=stream,
+            credentials=secrets.tool_credentials,
+            placeholders=secrets.env,
+            known_values=secrets.known_values,
+        )
+
+    def _add_text_delta(self, message: ItemRecord, text: str) -> None:
+        if text:
+            assert message.output_index is not None
+            self.recorder.add_delta(text_part_event("output_text.delta", message, message.output_index, delta=text))
 
     def _stream_output(self, item: ItemRecord, text: str) -> None:
         self.recorder.add_delta(command_output_delta(item, text))
@@ -136,6 +156,8 @@ class Step:
         message its text streamed into, if any."""
         for attempt in range(1, _MODEL_ATTEMPTS + 1):
             message: ItemRecord | None = None
+            # The text streams with the session's secret values taken out as it comes.
+            shown = self.secrets.known_values.redactor.stream()
             try:
                 turn = self.recorder.turn
                 session = self.recorder.session
@@ -155,9 +177,10 @@ class Step:
                     if isinstance(event, TextDelta):
                         if message is None:
                             message = await self.recorder.open_message()
-                        assert message.output_index is not None
-                        self.recorder.add_delta(text_part_event("output_text.delta", message, message.output_index, delta=event.text))
+                        self._add_text_delta(message, shown.feed(event.text))
                     else:
+                        if message is not None:
+                            self._add_text_delta(message, shown.flush())
                         return message, event
                 raise ModelError("the model stream ended without a response", code="server_error", retryable=True)
             except ModelError as exc:

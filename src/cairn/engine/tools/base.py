@@ -15,12 +15,14 @@ from __future__ import annotations
 import abc
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cairn.errors import InvalidRequestError
 from cairn.models.base import ToolCall, ToolSpec
 from cairn.operator.context import ApprovalView
+from cairn.operator.credentials import Credentials
+from cairn.redaction import KnownValues
 from cairn.states import ItemStatus
 from cairn.store.items import ItemRecord
 from cairn.store.sessions import SessionRecord
@@ -90,8 +92,11 @@ class Hold:
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """What a tool sees of the call it runs: whose call it is, where its output goes, the
-    approval it runs under (set by the gate when the call needed one) and the operation key
-    of its side effect (set by the ledger's reserve stage)."""
+    approval it runs under (set by the gate when the call needed one), the operation key
+    of its side effect (set by the ledger's reserve stage), and what this execution has of
+    the session's credentials (`cairn.engine.vaults.injection`): operator tools get them by
+    name, sandboxed commands only their placeholders, and their values are what redaction
+    takes out of everything stored."""
 
     session: SessionRecord
     turn_id: str
@@ -100,10 +105,21 @@ class ToolContext:
     stream_output: Callable[[str], None]
     approval: ApprovalView | None = None
     operation_key: str | None = None
+    credentials: Credentials = field(default_factory=Credentials)
+    # Variable name -> placeholder, of the session's environment_variable credentials.
+    placeholders: Mapping[str, str] = field(default_factory=dict)
+    known_values: KnownValues = field(default_factory=KnownValues)
 
     @property
     def tenant(self) -> str:
         return self.session.tenant
+
+    @property
+    def sandbox_env(self) -> dict[str, str]:
+        """The variables a sandboxed command gets: the session's plain `environment.env` with any
+        known secret value in it redacted (a credential's value never goes in through it), then
+        the credentials' placeholders."""
+        return {**self.known_values.redactor.value(dict(self.session.env)), **self.placeholders}
 
 
 def arguments_json(arguments: Mapping[str, Any]) -> str:

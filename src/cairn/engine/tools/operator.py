@@ -60,6 +60,8 @@ class OperatorTool(Tool):
             deps=self._deps,
             approval=ctx.approval,
             operation_key=ctx.operation_key,
+            credentials=ctx.credentials,
+            known_values=ctx.known_values,
         )
 
     async def execute(self, arguments: Any, ctx: ToolContext) -> ToolResult:

@@ -28,11 +28,17 @@ recorded arguments, so the call passes it unchanged and is decided again at the 
 After a crash, an open call runs again only if a stage vouches that this cannot repeat an
 effect (`Stage.vouches_for_rerun`): the gate still holds it, a reservation covers it, or
 the tool only reads. Design invariant 2: nothing runs past a hold.
+
+Every result a stage decides (the tool's, a probe's, a stored one, a refusal) leaves
+`decide` with the session's known secret values replaced by a marker, before a settlement,
+the record or a step run ahead sees it: what a call stores never holds a credential
+(design invariant 6).
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -146,6 +152,16 @@ class ResultRecorder(abc.ABC):
         """Store `result` as the end of the recorded `call.item`, with its events."""
 
 
+def _redacted(result: ToolResult, context: ToolContext) -> ToolResult:
+    """`result` with every known secret value in its output and error replaced."""
+    redactor = context.known_values.redactor
+    if redactor.is_empty:
+        return result
+    output = redactor.text(result.output) if result.output is not None else None
+    error = redactor.text(result.error) if result.error is not None else None
+    return dataclasses.replace(result, output=output, error=error)
+
+
 class Pipeline:
     def __init__(self, stages: Sequence[Stage], record: ResultRecorder) -> None:
         self.stages = tuple(stages)
@@ -157,7 +173,7 @@ class Pipeline:
         for stage in self.stages:
             verdict = await stage.run(call)
             if isinstance(verdict, Finish):
-                return verdict.result
+                return _redacted(verdict.result, call.context)
             if isinstance(verdict, Hold | Defer):
                 return verdict
         raise CairnMisuseError(f"no stage decided the call {call.call.call_id} ({call.tool.name})")

@@ -24,7 +24,7 @@ from cairn.engine.tools.base import CommandResult, ToolResult
 from cairn.engine.tools.pipeline import CallInFlight, ResultRecorder
 from cairn.errors import CairnMisuseError
 from cairn.states import ItemStatus
-from cairn.store.items import ItemRecord, transition_item
+from cairn.store.items import ItemRecord
 
 __all__ = ["RecordStage", "TurnWriter", "announce_result", "finished_call"]
 
@@ -84,6 +84,6 @@ class RecordStage(ResultRecorder):
                 # In the same fenced transaction: the claim is settled if and only if the
                 # result is recorded.
                 await settlement.settle(tx, result)
-            done = await transition_item(tx.conn, item, status, data=data)
+            done = await tx.transition_item(item, status, data=data)
             for record in await announce_result(tx, done, result):
                 self._writer.remember(record)

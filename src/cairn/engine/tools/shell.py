@@ -51,8 +51,15 @@ class ShellTool(Tool):
         session = ctx.session
         timeout_s = arguments.timeout_ms / 1000 if arguments.timeout_ms else self._default_timeout_s
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        # What is streamed has the session's secret values taken out as it comes (a value may
+        # arrive split between two chunks); the stored output is redacted whole when recorded.
+        shown = ctx.known_values.redactor.stream()
         collected: list[str] = []
         size = 0
+
+        def stream(text: str) -> None:
+            if text:
+                ctx.stream_output(text)
 
         async def on_output(chunk: bytes) -> None:
             nonlocal size
@@ -62,8 +69,9 @@ class ShellTool(Tool):
             kept = text[: max(0, MAX_ITEM_OUTPUT - size)]
             if kept:
                 collected.append(kept)
-                ctx.stream_output(kept)
+                stream(shown.feed(kept))
             if size < MAX_ITEM_OUTPUT <= size + len(text):
+                stream(shown.flush())
                 ctx.stream_output(_TRUNCATION_NOTICE)
             size += len(text)
 
@@ -71,16 +79,18 @@ class ShellTool(Tool):
             command=arguments.command,
             workspace=self._workspace_of(session.id),
             timeout_s=timeout_s,
-            env=session.env,
+            env=ctx.sandbox_env,
             network=(session.environment.get("network") or {}).get("access") == "enabled",
         )
         try:
             result = await self._sandbox.exec(request, on_output)
         except CairnError as exc:
+            stream(shown.flush())
             return CommandResult(error="".join(collected) + f"\n[sandbox error: {exc.message}]")
         tail = decoder.decode(b"", final=True)
         if tail:
             collected.append(tail)
+        stream((shown.feed(tail) if size < MAX_ITEM_OUTPUT else "") + shown.flush())
         output = "".join(collected)
         if size > MAX_ITEM_OUTPUT:
             output += f"{_TRUNCATION_NOTICE}[{size} characters in all]"
