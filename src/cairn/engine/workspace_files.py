@@ -66,6 +66,7 @@ class FileInfo:
     path: str  # relative to the workspace
     size: int
     mode: int
+    mtime_ns: int = 0
 
 
 class WorkspaceFiles:
@@ -205,7 +206,7 @@ class WorkspaceFiles:
                 st = os.lstat(entry, dir_fd=fd)
                 child_path = f"{prefix}/{entry}" if prefix else entry
                 if stat.S_ISREG(st.st_mode):
-                    yield FileInfo(child_path, st.st_size, st.st_mode)
+                    yield FileInfo(child_path, st.st_size, st.st_mode, st.st_mtime_ns)
                 elif stat.S_ISDIR(st.st_mode):
                     child = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
                     yield from self._walk(child, child_path)

@@ -42,6 +42,8 @@ class TurnStart:
     items: list[ItemRecord]  # the session's history
     # The session's credentials for this execution, in memory only.
     secrets: SessionSecrets
+    # When this execution began (ns since the epoch): what it changed in the workspace is newer.
+    began_ns: int
     # A worker died (or lost its lease) running this turn: what it left open needs recovery.
     is_taken_over: bool
 
@@ -49,6 +51,7 @@ class TurnStart:
 async def begin_turn(rt: Runtime, job: Job) -> TurnStart | None:
     """Start or take over the job's turn; None when there is nothing to run (the job is done)."""
     assert job.turn_id is not None
+    began_ns = time.time_ns()
     async with rt.db.read() as conn:
         turn = await get_turn(conn, job.turn_id)
         session = await get_session(conn, job.session_id)
@@ -74,7 +77,7 @@ async def begin_turn(rt: Runtime, job: Job) -> TurnStart | None:
         await _fail_before_start(rt, job, turn, {"code": exc.code, "message": f"the session's credentials: {exc.message}"})
         return None
     try:
-        started = await _take_up(rt, job, session, turn, model, secrets)
+        started = await _take_up(rt, job, session, turn, model, secrets, began_ns)
     except BaseException:
         await model.aclose()
         raise
@@ -84,7 +87,7 @@ async def begin_turn(rt: Runtime, job: Job) -> TurnStart | None:
 
 
 async def _take_up(
-    rt: Runtime, job: Job, session: SessionRecord, turn: TurnRecord, model: Model, secrets: SessionSecrets
+    rt: Runtime, job: Job, session: SessionRecord, turn: TurnRecord, model: Model, secrets: SessionSecrets, began_ns: int
 ) -> TurnStart | None:
     if session.environment["type"] != "none":
         failure = await _acquire_workspace(rt, session, turn)
@@ -109,7 +112,7 @@ async def _take_up(
                 current_session = await get_session(tx.conn, job.session_id)
                 assert current_session is not None
                 items = await session_items(tx.conn, current_session.id)
-                started = TurnStart(job, current_session, current, model, items, secrets, is_taken_over)
+                started = TurnStart(job, current_session, current, model, items, secrets, began_ns, is_taken_over)
     except StatusConflictError:
         started = None  # the turn moved (was cancelled) between its read and this write
     if started is None:

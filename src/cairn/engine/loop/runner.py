@@ -27,6 +27,7 @@ from cairn.engine.loop.recovery import recover_open_items
 from cairn.engine.loop.step import Step
 from cairn.engine.loop.waiting import wait_for_holds
 from cairn.engine.runtime import Runtime
+from cairn.engine.vaults.workspace import redact_workspace
 from cairn.errors import CairnError, LeaseLostError, ModelError, StatusConflictError
 from cairn.states import TurnStatus
 from cairn.store.jobs import Job, complete_job, release_job
@@ -53,7 +54,14 @@ class TurnRunner:
         # While the turn runs here, its credentials' values are taken out of everything this
         # process stores for the session and every line it logs.
         with self.rt.redactors.holding(start.session.id, start.secrets.known_values):
-            await self._run(job, start, stopping)
+            try:
+                await self._run(job, start, stopping)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await self._redact_workspace(start)
+                    except Exception:
+                        log.exception("session %s: its workspace could not be searched for secret values", start.session.id)
 
     async def _run(self, job: Job, start: TurnStart, stopping: anyio.Event | None) -> None:
         recorder = TurnRecorder(self.rt.journal, job, start.session, start.turn, start.items)
@@ -116,15 +124,28 @@ class TurnRunner:
                 return
             outcome = await step.run()
             if not outcome.has_calls:
-                await self._complete(recorder)
+                await self._complete(start, recorder)
                 return
 
-    async def _complete(self, recorder: TurnRecorder) -> None:
+    async def _redact_workspace(self, start: TurnStart) -> None:
+        """Take the session's secret values out of what this execution wrote in its workspace,
+        before it is published or persisted (`cairn.engine.vaults.workspace`)."""
+        session = start.session
+        if session.environment["type"] == "none":
+            return
+        files = self.rt.environments.files(session.id)
+        changed = await redact_workspace(files, start.secrets.known_values.redactor, since_ns=start.began_ns)
+        if changed:
+            log.warning("session %s: a secret value in the workspace was replaced by the marker in %s", session.id,
+                        ", ".join(f"/workspace/{path}" for path in changed))
+
+    async def _complete(self, start: TurnStart, recorder: TurnRecorder) -> None:
         async with self.rt.db.read() as conn:
             session = await get_session(conn, recorder.session.id)
         assert session is not None
         outputs = []
         if session.environment["type"] != "none":
+            await self._redact_workspace(start)
             outputs = await collect_outputs(self.rt.environments.files(session.id), self.rt.blobs, session)
         async with recorder.write() as tx:
             await record_outputs(tx.conn, session, recorder.turn.id, outputs)
