@@ -30,6 +30,7 @@ from cairn.redaction import REDACTED
 from cairn.testing.postgres import ThrowawayPostgres
 from tests.e2e.conftest import DATABASES, database_url_for
 from tests.e2e.deployment import SESSIONS, Deployment
+from tests.waits import until_blocking
 
 AGENTS = "secrets_agents:registry"
 
@@ -118,7 +119,7 @@ def deployment(request: pytest.FixtureRequest, scripts_dir: Path) -> Iterator[Se
 
 
 _PRINT_AND_PUBLISH = (
-    'echo "API_KEY=$API_KEY"; printf %s "$API_KEY" | base64; '
+    'echo "API_KEY=$API_KEY"; printf %s "$API_KEY" | base64 -w0; echo; '
     'mkdir -p /workspace/outputs && printf "%s\\n" "$API_KEY" > /workspace/outputs/api_key.txt'
 )
 
@@ -205,3 +206,68 @@ def test_no_credential_value_anywhere_in_the_data_dir_logs_or_database_after_a_p
         found += [f"pg_dump: {hit}" for hit in _hits(dump, deployment.values)]
         found += scan(pg.root / "data", deployment.values)
     assert found == []
+
+
+@pytest.fixture
+def sqlite_deployment(scripts_dir: Path) -> Iterator[SecretsDeployment]:
+    instance = SecretsDeployment(scripts_dir, None)
+    try:
+        yield instance
+    finally:
+        instance.close()
+
+
+def test_sandboxed_code_sees_a_placeholder_stable_per_value_never_the_value(sqlite_deployment: SecretsDeployment) -> None:
+    deployment = sqlite_deployment
+    key = deployment.values["api key"]
+    turn = [{"call": "shell", "arguments": {"command": _PRINT_AND_PUBLISH}}, {"say": "published"}]
+    model = deployment.script([turn, turn, turn])
+    deployment.worker()
+    session_id = deployment.start(model, env={"REGION": "eu-west-1"})
+    deployment.turn_done(session_id)
+
+    def placeholder() -> str:
+        [command] = deployment.commands(session_id)[-1:]
+        shown, encoded = command["output"].splitlines()
+        value = shown.removeprefix("API_KEY=")
+        assert value.startswith("cairn-placeholder-") and key not in command["output"]
+        assert base64.b64decode(encoded).decode() == value  # what the sandbox had is the placeholder
+        assert deployment.workspace_file(session_id, "outputs/api_key.txt") == value + "\n"
+        return value
+
+    def next_turn() -> None:
+        turns = len(deployment.turn_statuses(session_id))
+        message = {"type": "agent.session.input.message", "input": [{"role": "user", "content": [{"type": "input_text", "text": "again"}]}]}
+        with deployment.http() as http:
+            assert http.post(f"{SESSIONS}/{session_id}/events", json={"events": [message]}).status_code == 202
+        until_blocking(lambda: deployment.turn_statuses(session_id) == ["completed"] * (turns + 1),
+                       f"turn {turns + 1} of {session_id} to complete", timeout_s=60, interval_s=0.05,
+                       seen=lambda: deployment.turn_statuses(session_id))
+
+    first = placeholder()
+    # Another worker, another execution: the same placeholder for the same value.
+    deployment.stop_workers()
+    deployment.worker()
+    next_turn()
+    assert placeholder() == first
+    # A rotated value has a new placeholder; another session has its own.
+    with deployment.http() as http:
+        rotated = http.post(f"/vaults/{deployment.vault_id}/credentials/{deployment.last_credential_id}",
+                            json={"auth": {"type": "environment_variable", "secret_value": f"key-{secrets.token_hex(20)}"}})
+        assert rotated.status_code == 200, rotated.text
+    next_turn()
+    assert placeholder() not in (first, key)
+    other = deployment.start(deployment.script([turn]))
+    deployment.turn_done(other)
+    [command] = deployment.commands(other)
+    assert first not in command["output"] and "cairn-placeholder-" in command["output"]
+
+
+def test_a_session_env_holding_a_credentials_value_is_refused_without_echoing_it(sqlite_deployment: SecretsDeployment) -> None:
+    deployment = sqlite_deployment
+    body = {"agent_id": "secrets-agent", "agent": {"model": "scripted:echo"}, "vault_ids": [deployment.vault_id],
+            "environment": {"type": "openai_hosted", "env": {"REGION": "eu", "TOKEN": f"Bearer {deployment.values['token']}"}}}
+    with deployment.http() as http:
+        refused = http.post(SESSIONS, json=body)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "environment.env.TOKEN", refused.text
+    assert deployment.values["token"] not in refused.text and "vault" in refused.json()["error"]["message"]
