@@ -21,6 +21,7 @@ envelope of spec §1.5 from its fields; nothing else decides a status code.
         ├── ModelError                 the model provider failed
         ├── WorkspaceError             workspace files could not be read or written
         ├── BlobStoreError             artifact content could not be stored, found or collected
+        ├── RunStateRefusedError       a pausing turn would store a secret or an undeclared context value
         ├── LeaseLostError             a worker's job lease was taken over (fencing)
         ├── StateDeserializeError      a sealed blob does not open: altered, moved, truncated or another master key
         └── RetryableToolError         raised by an operator's tool: it failed, nothing took effect,
@@ -188,6 +189,14 @@ class StateDeserializeError(ServerError):
 
     default_code = "state_deserialize_failure"
     default_retryable = False
+
+
+class RunStateRefusedError(ServerError):
+    """What a pausing turn would store holds something it must not: a secret value, or a
+    context value its agent does not declare. Nothing is stored; the turn fails with this
+    code and the message (which names the key or field, never the value)."""
+
+    default_code = "run_state_refused"
 
 
 class LeaseLostError(ServerError):

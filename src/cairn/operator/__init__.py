@@ -25,6 +25,7 @@ from cairn.operator.policy import (
     matching,
 )
 from cairn.operator.registry import AgentFactory, AgentRegistry
+from cairn.operator.run_context import ContextSchema, RunContext
 from cairn.operator.tool import OperatorToolDef, SideEffect, tool
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "ApprovalView",
     "ArgumentsMatching",
     "BuiltinTools",
+    "ContextSchema",
     "Credential",
     "Credentials",
     "EnvironmentVariable",
@@ -49,6 +51,7 @@ __all__ = [
     "ProbeAnswer",
     "ProbeVerdict",
     "RetryableToolError",
+    "RunContext",
     "RuntimeDeps",
     "SideEffect",
     "StaticBearer",

@@ -2,8 +2,9 @@
 
 A factory in an `AgentRegistry` returns one: the model, the instructions, the tools (operator
 tools made with `@cairn.tool`, and the names of the built-in workspace tools it may use:
-"shell", "read_file", "write_file", "apply_patch") and the approval policy of each built-in
-tool it names (`approvals`; operator tools carry their own). Checked when it is made.
+"shell", "read_file", "write_file", "apply_patch"), the approval policy of each built-in
+tool it names (`approvals`; operator tools carry their own) and the declared keys of its
+runs' persisted context (`context`, `cairn.operator.run_context`). Checked when it is made.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from cairn.errors import AgentDefinitionError
 from cairn.operator.policy import ApprovalPolicy, Predicate
+from cairn.operator.run_context import ContextSchema
 from cairn.operator.tool import OperatorToolDef
 
 __all__ = ["Agent"]
@@ -29,6 +31,9 @@ class Agent:
     approvals: Mapping[str, bool | Predicate | ApprovalPolicy] = field(default_factory=dict)
     # Shown as the agent's name; when given it must be the registry name of its version.
     name: str | None = None
+    # The keys of its runs' persisted context (`ctx.context`), each with its type:
+    # {"user": str, "ticket": int | None}. A key not declared here is refused when a turn pauses.
+    context: Mapping[str, Any] | ContextSchema = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():
@@ -57,6 +62,15 @@ class Agent:
             policies[name] = ApprovalPolicy.of(f"built-in tool {name!r}", needs_approval=policy)
         object.__setattr__(self, "tools", tools)
         object.__setattr__(self, "approvals", policies)
+        if not isinstance(self.context, ContextSchema):
+            if not isinstance(self.context, Mapping):
+                raise AgentDefinitionError("cairn.Agent context is a mapping of key names to their types")
+            object.__setattr__(self, "context", ContextSchema(self.context))
+
+    @property
+    def context_schema(self) -> ContextSchema:
+        assert isinstance(self.context, ContextSchema)
+        return self.context
 
     @property
     def operator_tools(self) -> tuple[OperatorToolDef[..., Any], ...]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from cairn.operator.credentials import Credentials
 from cairn.operator.deps import RuntimeDeps
+from cairn.operator.run_context import RunContext
 from cairn.redaction import KnownValues
 
 __all__ = ["ApprovalView", "ToolContext"]
@@ -46,6 +47,8 @@ class ToolContext:
     operation_key: str | None = None
     # The session's credentials by name (`ctx.credentials["deploy-token"].token`).
     credentials: Credentials = field(default_factory=Credentials)
+    # The run's persisted context: the agent's declared keys, kept across pauses and workers.
+    context: RunContext = field(default_factory=RunContext)
     # What this execution redacts; `register_secret` adds to it.
     known_values: KnownValues = field(default_factory=KnownValues, repr=False)
 

@@ -3,7 +3,7 @@ dependencies, its revision, and the approval policy of its tools as data.
 
 The revision is a SHA-256 digest of what a version offers the model and how its calls are
 approved: the instructions, each tool's name, description, JSON schema and options, the
-built-in tools it names and their policies. A factory changed under the same version string
+built-in tools it names and their policies, and the types of its runs' context keys. A factory changed under the same version string
 gets a new revision, which is how a pinned session notices (`LoadedAgents.pinned`). The
 model is not part of it (a session may override the model), nor are the tools' bodies.
 """
@@ -40,11 +40,14 @@ class BuiltinTools:
 
 def revision_of(agent: Agent) -> str:
     """The digest of what `agent` offers the model and how its calls are approved."""
-    document = {
+    document: dict[str, Any] = {
         "instructions": agent.instructions,
         "tools": [t.describe() for t in agent.operator_tools],
         "builtin_tools": [{"name": n, "approval": agent.builtin_policy(n).describe()} for n in agent.builtin_tools],
     }
+    if agent.context_schema:
+        # What its paused runs store: a changed type cannot read what an older one stored.
+        document["context"] = agent.context_schema.describe()
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -101,6 +101,8 @@ turns = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("started_at", sa.Float, nullable=True),
     sa.Column("completed_at", sa.Float, nullable=True),
+    # The run's persisted context (the operator's declared keys), sealed for the turn.
+    sa.Column("context", sa.LargeBinary, nullable=True),
     sa.UniqueConstraint("session_id", "ordinal"),
 )
 

@@ -56,11 +56,16 @@ class TurnRecord:
     created_at: float
     started_at: float | None
     completed_at: float | None
+    # The run's persisted context, sealed for the turn (`cairn.engine.loop.run_context`); None
+    # while it has none.
+    context: bytes | None = None
 
 
 def _record(row: sa.Row[Any]) -> TurnRecord:
     values = row._asdict()
     values["status"] = TurnStatus(values["status"])
+    if values["context"] is not None:
+        values["context"] = bytes(values["context"])
     return TurnRecord(**values)
 
 

@@ -41,7 +41,7 @@ from cairn.engine.tools.base import ApprovalView, Hold, ToolResult
 from cairn.engine.tools.gate import GatePolicy
 from cairn.engine.tools.pipeline import PROCEED, CallInFlight, Finish, Verdict
 from cairn.engine.tools.reserve import ReserveNothing, ReservePolicy
-from cairn.errors import CairnMisuseError
+from cairn.errors import CairnMisuseError, RunStateRefusedError
 from cairn.ids import new_approval_id
 from cairn.operator import ApprovalRequirement, LoadedAgent, LoadedAgents
 from cairn.states import ApprovalReason, ApprovalStatus
@@ -107,6 +107,10 @@ class ApprovalGate(GatePolicy):
             if requirement is None:
                 return PROCEED
             record = _new_record(call, pinned, requirement, _digest(key, call, pinned))
+            if call.context.known_values.redactor.finds([record.review, record.summary, record.run_state]):
+                # The review is the operator's code over the (redacted) arguments: it added one.
+                raise RunStateRefusedError(f"the approval request of {call.tool.name} would show a secret value of the "
+                                           "session in its review; the call is not held and the turn cannot pause")
             ttl_s = requirement.ttl_s if requirement.ttl_s is not None else ttl_s
         async with self._journal.transaction(session.id) as tx:
             approval = await get_call_approval(tx.conn, call.context.turn_id, call.call.call_id)

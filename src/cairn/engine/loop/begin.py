@@ -3,9 +3,11 @@ turn started (or taken over from the worker that had it).
 
 A job whose turn is gone, over, or cancelled before it started is settled here and runs
 nothing. A turn that cannot start (its pinned agent version is not loaded here unchanged,
-an unknown model, credentials that cannot be decrypted, a workspace that cannot be prepared)
-fails before its first step. The session's credentials are decrypted here, in memory, at
-every execution: the first run and each resume (`cairn.engine.vaults.injection`). The workspace is ready before the turn starts, so its events
+an unknown model, credentials or a stored context that cannot be decrypted, a workspace that
+cannot be prepared) fails before its first step. The session's credentials are decrypted
+here, in memory, at every execution: the first run and each resume
+(`cairn.engine.vaults.injection`), and so is the run's persisted context
+(`cairn.engine.loop.run_context`). The workspace is ready before the turn starts, so its events
 precede the turn's.
 """
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from cairn.engine.events import environment_event, item_event, turn_event
 from cairn.engine.journal import Transaction
 from cairn.engine.lifecycle import close_turn, set_session_status
+from cairn.engine.loop.run_context import TurnContext, open_turn_context
 from cairn.engine.runtime import Runtime
 from cairn.engine.vaults.injection import SessionSecrets, load_session_secrets
 from cairn.errors import AgentVersionError, CairnError, StatusConflictError
@@ -42,6 +45,8 @@ class TurnStart:
     items: list[ItemRecord]  # the session's history
     # The session's credentials for this execution, in memory only.
     secrets: SessionSecrets
+    # The run's persisted context, as the turn's last execution stored it.
+    context: TurnContext
     # When this execution began (ns since the epoch): what it changed in the workspace is newer.
     began_ns: int
     # A worker died (or lost its lease) running this turn: what it left open needs recovery.
@@ -72,12 +77,14 @@ async def begin_turn(rt: Runtime, job: Job) -> TurnStart | None:
         return None
     try:
         secrets = await load_session_secrets(rt, session)
+        async with rt.db.read() as conn:
+            context = await open_turn_context(conn, rt.sealer, rt.agents, session, turn)
     except CairnError as exc:
         await model.aclose()
-        await _fail_before_start(rt, job, turn, {"code": exc.code, "message": f"the session's credentials: {exc.message}"})
+        await _fail_before_start(rt, job, turn, {"code": exc.code, "message": exc.message})
         return None
     try:
-        started = await _take_up(rt, job, session, turn, model, secrets, began_ns)
+        started = await _take_up(rt, job, session, turn, model, (secrets, context), began_ns)
     except BaseException:
         await model.aclose()
         raise
@@ -87,7 +94,13 @@ async def begin_turn(rt: Runtime, job: Job) -> TurnStart | None:
 
 
 async def _take_up(
-    rt: Runtime, job: Job, session: SessionRecord, turn: TurnRecord, model: Model, secrets: SessionSecrets, began_ns: int
+    rt: Runtime,
+    job: Job,
+    session: SessionRecord,
+    turn: TurnRecord,
+    model: Model,
+    opened: tuple[SessionSecrets, TurnContext],
+    began_ns: int,
 ) -> TurnStart | None:
     if session.environment["type"] != "none":
         failure = await _acquire_workspace(rt, session, turn)
@@ -112,7 +125,7 @@ async def _take_up(
                 current_session = await get_session(tx.conn, job.session_id)
                 assert current_session is not None
                 items = await session_items(tx.conn, current_session.id)
-                started = TurnStart(job, current_session, current, model, items, secrets, began_ns, is_taken_over)
+                started = TurnStart(job, current_session, current, model, items, *opened, began_ns, is_taken_over)
     except StatusConflictError:
         started = None  # the turn moved (was cancelled) between its read and this write
     if started is None:

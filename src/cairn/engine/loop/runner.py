@@ -28,7 +28,7 @@ from cairn.engine.loop.step import Step
 from cairn.engine.loop.waiting import wait_for_holds
 from cairn.engine.runtime import Runtime
 from cairn.engine.vaults.workspace import redact_workspace
-from cairn.errors import CairnError, LeaseLostError, ModelError, StatusConflictError
+from cairn.errors import CairnError, LeaseLostError, ModelError, RunStateRefusedError, StatusConflictError
 from cairn.states import TurnStatus
 from cairn.store.jobs import Job, complete_job, release_job
 from cairn.store.sessions import get_session
@@ -85,7 +85,9 @@ class TurnRunner:
                     await self._finish(recorder, TurnStatus.CANCELLED)
         except (LeaseLostError, StatusConflictError) as exc:
             log.warning("turn %s: another writer owns it now (%s)", recorder.turn.id, exc)
-        except ModelError as exc:
+        except (ModelError, RunStateRefusedError) as exc:
+            if isinstance(exc, RunStateRefusedError):
+                log.warning("turn %s cannot pause: %s", recorder.turn.id, exc.message)
             with anyio.CancelScope(shield=True):
                 await self._finish(recorder, TurnStatus.FAILED, error={"code": exc.code, "message": exc.message})
         except Exception as exc:
@@ -109,10 +111,12 @@ class TurnRunner:
                 # calls are asked again when the job comes back.
                 log.info("turn %s: a call is deferred (%s); its job comes back in %.1f s", recorder.turn.id,
                          outcome.deferred.reason, outcome.deferred.delay_s)
-                await release_job(self.rt.db, recorder.job, delay_s=outcome.deferred.delay_s)
+                await self._hand_back(start, recorder, delay_s=outcome.deferred.delay_s)
                 return
             if outcome.holds:
                 async with recorder.write() as tx:
+                    # The run's context goes with it while it waits (or nothing waits: refused).
+                    await start.context.store(tx, self.rt.sealer, start.secrets.known_values)
                     if await wait_for_holds(tx, recorder.job, recorder.turn, outcome.holds):
                         return
                     # The client answered while the other calls ran: take its results.
@@ -120,12 +124,18 @@ class TurnRunner:
             if stopping is not None and stopping.is_set():
                 # Between two steps: everything done so far is recorded; the next worker goes on.
                 log.info("turn %s: handing its job back at a step boundary (draining)", recorder.turn.id)
-                await release_job(self.rt.db, recorder.job)
+                await self._hand_back(start, recorder)
                 return
             outcome = await step.run()
             if not outcome.has_calls:
                 await self._complete(start, recorder)
                 return
+
+    async def _hand_back(self, start: TurnStart, recorder: TurnRecorder, *, delay_s: float = 0.0) -> None:
+        """Store the run's context and hand the turn's job back for any worker to go on."""
+        async with recorder.write() as tx:
+            await start.context.store(tx, self.rt.sealer, start.secrets.known_values)
+        await release_job(self.rt.db, recorder.job, delay_s=delay_s)
 
     async def _redact_workspace(self, start: TurnStart) -> None:
         """Take the session's secret values out of what this execution wrote in its workspace,

@@ -31,6 +31,7 @@ from cairn.engine.tools.toolbox import Toolbox, workspace_tools
 from cairn.engine.vaults.injection import SessionSecrets, no_secrets
 from cairn.errors import CairnMisuseError, ModelError
 from cairn.models.base import Model, ModelRequest, ModelResponse, TextDelta, ToolCall
+from cairn.operator import RunContext
 from cairn.store.items import ItemRecord
 from cairn.store.sessions import SessionRecord
 
@@ -66,20 +67,28 @@ class Step:
     """Runs the steps of one turn; holds what every step of the turn shares."""
 
     def __init__(
-        self, recorder: TurnRecorder, model: Model, toolbox: Toolbox, pipeline: Pipeline, secrets: SessionSecrets | None = None
+        self,
+        recorder: TurnRecorder,
+        model: Model,
+        toolbox: Toolbox,
+        pipeline: Pipeline,
+        secrets: SessionSecrets | None = None,
+        context: RunContext | None = None,
     ) -> None:
         self.recorder = recorder
         self.model = model
         self.toolbox = toolbox
         self.pipeline = pipeline
         self.secrets = secrets if secrets is not None else no_secrets()
+        self.context = context if context is not None else RunContext()
 
     @classmethod
     def of_turn(cls, rt: Runtime, start: TurnStart, recorder: TurnRecorder) -> Step:
         """The steps of the turn `start` took up: the session's tools, the runtime's policies,
-        the credentials this execution decrypted."""
+        the credentials this execution decrypted and the run's context."""
         toolbox = session_toolbox(rt, start.session)
-        return cls(recorder, start.model, toolbox, build_pipeline(rt.tool_policies, recorder), start.secrets)
+        pipeline = build_pipeline(rt.tool_policies, recorder)
+        return cls(recorder, start.model, toolbox, pipeline, start.secrets, start.context.values)
 
     async def run(self) -> StepOutcome:
         """Ask the model for the next step, record it, and take its calls through the pipeline."""
@@ -141,6 +150,7 @@ class Step:
             credentials=secrets.tool_credentials,
             placeholders=secrets.env,
             known_values=secrets.known_values,
+            run_context=self.context,
         )
 
     def _add_text_delta(self, message: ItemRecord, text: str) -> None:

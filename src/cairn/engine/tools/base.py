@@ -22,6 +22,7 @@ from cairn.errors import InvalidRequestError
 from cairn.models.base import ToolCall, ToolSpec
 from cairn.operator.context import ApprovalView
 from cairn.operator.credentials import Credentials
+from cairn.operator.run_context import RunContext
 from cairn.redaction import KnownValues
 from cairn.states import ItemStatus
 from cairn.store.items import ItemRecord
@@ -109,6 +110,8 @@ class ToolContext:
     # Variable name -> placeholder, of the session's environment_variable credentials.
     placeholders: Mapping[str, str] = field(default_factory=dict)
     known_values: KnownValues = field(default_factory=KnownValues)
+    # The run's persisted context (operator tools' `ctx.context`).
+    run_context: RunContext = field(default_factory=RunContext)
 
     @property
     def tenant(self) -> str:

@@ -61,6 +61,7 @@ class OperatorTool(Tool):
             approval=ctx.approval,
             operation_key=ctx.operation_key,
             credentials=ctx.credentials,
+            context=ctx.run_context,
             known_values=ctx.known_values,
         )
 
