@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
+import pickle
 import re
 from urllib.parse import quote, quote_plus
 
@@ -12,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cairn.redaction import REDACTED, Redactor
+from cairn.redaction import REDACTED, KnownValues, Redactor, SessionRedactors, redacted_log_records
 
 TOKEN = "ghp_Zx81/+kQ0aT9 wlm=4"
 OTHER = "s3cr3t-deploy-key"
@@ -112,3 +114,46 @@ def test_a_stream_cut_anywhere_gives_what_redacting_the_whole_text_gives(secret:
     streamed = "".join(stream.feed(c) for c in chunks) + stream.flush()
     assert streamed == redactor.text(text)
     assert secret not in streamed
+
+
+# -- what a process holds, and its log lines ----------------------------------------------
+
+
+def test_known_values_grow_refuse_short_values_and_are_never_serialized() -> None:
+    known = KnownValues([TOKEN])
+    generation = known.generation
+    assert TOKEN in known and known.redactor.text(f"x {OTHER}") == f"x {OTHER}"
+    known.add(OTHER)
+    assert known.generation > generation and known.redactor.text(f"{TOKEN} {OTHER}") == f"{REDACTED} {REDACTED}"
+    with pytest.raises(ValueError, match="at least 8"):
+        known.add("short")
+    assert len(known) == 2 and TOKEN not in repr(known)
+    with pytest.raises(TypeError, match="never serialized"):
+        pickle.dumps(known)
+
+
+def test_session_redactors_hold_values_only_while_an_execution_runs() -> None:
+    redactors = SessionRedactors()
+    assert redactors.for_session("s1").is_empty and redactors.everywhere().is_empty
+    with redactors.holding("s1", KnownValues([TOKEN])) as known, redactors.holding("s2", KnownValues([OTHER])):
+        assert redactors.for_session("s1").text(f"{TOKEN} {OTHER}") == f"{REDACTED} {OTHER}"
+        assert redactors.everywhere().text(f"{TOKEN} {OTHER}") == f"{REDACTED} {REDACTED}"
+        known.add("registered-later-1")
+        assert redactors.everywhere().text("registered-later-1") == REDACTED
+    assert redactors.for_session("s1").is_empty and redactors.everywhere().is_empty
+
+
+def test_every_log_line_and_traceback_is_redacted_whatever_the_logger(caplog: pytest.LogCaptureFixture) -> None:
+    redactors = SessionRedactors()
+    logger = logging.getLogger("some.library")
+    with redacted_log_records(redactors), redactors.holding("s1", KnownValues([TOKEN])), caplog.at_level(logging.INFO):
+        logger.info("token %s in args", TOKEN)
+        logger.info(f"token {base64.b64encode(TOKEN.encode()).decode()} in the message")
+        try:
+            raise RuntimeError(f"refused {TOKEN}")
+        except RuntimeError:
+            logger.exception("failed")
+    assert [r.getMessage() for r in caplog.records][:2] == [f"token {REDACTED} in args", f"token {REDACTED} in the message"]
+    assert f"RuntimeError: refused {REDACTED}" in caplog.text and TOKEN not in caplog.text
+    logger.info("after %s", TOKEN)  # the factory is gone with the block
+    assert logging.getLogRecordFactory() is logging.LogRecord

@@ -178,17 +178,21 @@ class EngineHarness:
         tools: Sequence[Mapping[str, Any]] = (),
         workspace: bool = True,
         agent_id: str | None = None,
+        vault_ids: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> str:
         """A session with one queued turn ("go"); its workspace, made by the worker that first
         runs a turn (or by `prepare_workspace`), starts with `files`. With `agent_id`, it runs
-        that registered agent (its model and instructions, `tools` as client tools)."""
+        that registered agent (its model and instructions, `tools` as client tools); `vault_ids`
+        name the tenant's vaults whose credentials its turns get, `env` its plain variables."""
         message = {"role": "user", "content": [{"type": "input_text", "text": "go"}]}
         inline = [{"type": "inline", "path": p, "data": base64.b64encode(c.encode()).decode()} for p, c in (files or {}).items()]
         body = {
             "agent": {"tools": list(tools)} if agent_id is not None else {"model": "scripted:test", "tools": list(tools)},
             "agent_id": agent_id,
-            "environment": {"type": "openai_hosted", "files": inline} if workspace else {"type": "none"},
+            "environment": {"type": "openai_hosted", "files": inline, "env": dict(env or {})} if workspace else {"type": "none"},
             "input": [message],
+            "vault_ids": list(vault_ids),
         }
         created = await SessionService(self.runtime).create("t1", body)
         assert created.turn_id is not None
