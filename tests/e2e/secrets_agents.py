@@ -5,7 +5,8 @@ Its tools use the session's credentials the way careless operator code would: `u
 `show_api_key` returns the `api-key` variable's value; `fail_with_token` raises with the token
 in its message. What each execution really received is proven without storing it: `use_token`
 appends the SHA-256 of the token it got to the file named by `CAIRN_TEST_DEPLOYS`, outside any
-data dir.
+data dir. The registry's runtime dependency `deploy_client` holds the password named by
+`CAIRN_TEST_DEPS_PASSWORD`, which `use_token` uses and nothing may store.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ async def use_token(ctx: cairn.ToolContext, target: str) -> str:
     """Call the deploy API of a target with the deploy token."""
     credential = ctx.credentials["deploy-token"]
     assert isinstance(credential, cairn.StaticBearer)
+    client = ctx.deps["deploy_client"]
     with open(os.environ["CAIRN_TEST_DEPLOYS"], "a") as deploys:
-        deploys.write(f"{target} {hashlib.sha256(credential.token.encode()).hexdigest()}\n")
+        deploys.write(f"{target} {hashlib.sha256(credential.token.encode()).hexdigest()} {client.login()}\n")
     log.warning("calling %s with Authorization: Bearer %s", target, credential.token)
     return f"called {target} with Authorization: Bearer {credential.token}"
 
@@ -46,7 +48,17 @@ async def fail_with_token(ctx: cairn.ToolContext) -> str:
     raise RuntimeError(f"the deploy API refused token {credential.token}")
 
 
-registry = cairn.AgentRegistry()
+class DeployClient:
+    """An operator's client: it holds a password and lives in the worker's deps only."""
+
+    def __init__(self, password: str) -> None:
+        self._password = password
+
+    def login(self) -> str:
+        return hashlib.sha256(self._password.encode()).hexdigest()[:12]
+
+
+registry = cairn.AgentRegistry(deps=lambda: {"deploy_client": DeployClient(os.environ["CAIRN_TEST_DEPS_PASSWORD"])})
 
 
 @registry.agent("secrets-agent/v1")

@@ -10,7 +10,7 @@ logs it and returns it, and whose last command prints the real token (the model 
 halves) and writes it, plain and in Base64, into the workspace. Then every byte under the data
 dir (the database file and its WAL, blobs, snapshots, workspaces, keys) and the processes' logs,
 and for PostgreSQL a `pg_dump` and the server's own data directory, are searched for both
-values, plain and Base64: 0 hits.
+values, and for the password a runtime dependency of the tool holds, plain and Base64: 0 hits.
 """
 
 from __future__ import annotations
@@ -64,8 +64,10 @@ class SecretsDeployment(Deployment):
     """The deployment with a vault of two credentials whose values the tests know."""
 
     def __init__(self, scripts_dir: Path, database_url: str | None) -> None:
-        super().__init__(scripts_dir, database_url, agents=AGENTS)
-        self.values = {"token": f"tok_{secrets.token_urlsafe(24)}", "api key": f"key-{secrets.token_hex(20)}"}
+        password = f"pw-{secrets.token_hex(16)}"
+        super().__init__(scripts_dir, database_url, agents=AGENTS, env={"CAIRN_TEST_DEPS_PASSWORD": password})
+        # The runtime dependency's password is no credential (nothing redacts it): it is simply never serialized.
+        self.values = {"token": f"tok_{secrets.token_urlsafe(24)}", "api key": f"key-{secrets.token_hex(20)}", "deps password": password}
         with self.http() as http:
             vault = http.post("/vaults", json={"name": "deploys"})
             assert vault.status_code == 200, vault.text
@@ -167,7 +169,8 @@ def test_no_credential_value_anywhere_in_the_data_dir_logs_or_database_after_a_p
     assert deployment.turn_statuses(session_id) == ["completed"]
 
     # The tool got the real token at the resume (its digest, recorded outside the data dir).
-    assert deployment.deploys() == [f"prod {hashlib.sha256(token.encode()).hexdigest()}"]
+    login = hashlib.sha256(deployment.values["deps password"].encode()).hexdigest()[:12]
+    assert deployment.deploys() == [f"prod {hashlib.sha256(token.encode()).hexdigest()} {login}"]
     items = deployment.items(session_id)
     printed, written = deployment.commands(session_id)
     placeholder = printed["output"].splitlines()[0].removeprefix("API_KEY=")
