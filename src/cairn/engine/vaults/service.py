@@ -2,7 +2,7 @@
 
 A credential's secret values are sealed for the credential (`cairn.durable.sealing`) in the
 transaction that stores its row, and never leave this module in the clear except to the
-turn that runs with them (`cairn.engine.vaults.runtime`). Rotating seals the new values
+turn that runs with them (`cairn.engine.vaults.injection`). Rotating seals the new values
 under a new data key and shreds the old one in the same transaction; deleting a credential
 or a vault shreds the data keys of every secret it held, so a copy of a deleted row (in a
 backup, or a database file's free pages) can never be opened.
