@@ -7,7 +7,10 @@ back), the context goes through the agent's declared serializer, is checked for 
 secret values, and is stored sealed for the turn (`turns.context`), replacing what was there
 (whose data key is shredded). A value that is not declared, does not fit its type, or holds a
 secret is refused (`RunStateRefusedError`): nothing is stored and the turn fails saying which
-key. A worker that dies loses what changed since the last store, as any state in memory.
+key. A worker that dies loses what changed since the last store, as any state in memory. When
+the turn ends in the worker, its context goes with it (a turn ended elsewhere, a cancelled one
+waiting, say, keeps its sealed context until the session is deleted or the sealed-state sweep
+finds its key orphaned).
 """
 
 from __future__ import annotations
@@ -52,6 +55,19 @@ class TurnContext:
     values: RunContext
     stored: dict[str, Any]  # what the turn's row holds now, as JSON
     blob: bytes | None  # and sealed
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing to keep and nothing kept: a store or a drop would write nothing."""
+        return not self.values and self.blob is None
+
+    async def drop(self, tx: Transaction, sealer: Sealer) -> None:
+        """The turn is over: what it kept goes (the column cleared, its data key shredded)."""
+        if self.blob is None:
+            return
+        await sealer.shred(tx.conn, self.blob)
+        await update_turn(tx.conn, self.turn_id, context=None)
+        self.stored, self.blob = {}, None
 
     async def store(self, tx: Transaction, sealer: Sealer, known: KnownValues) -> None:
         """Store the context in `tx` (the turn's fenced transaction) if it changed; raises

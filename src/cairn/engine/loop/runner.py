@@ -82,19 +82,19 @@ class TurnRunner:
                 raise failure
             if scope.cancelled_caught:
                 with anyio.CancelScope(shield=True):
-                    await self._finish(recorder, TurnStatus.CANCELLED)
+                    await self._finish(start, recorder, TurnStatus.CANCELLED)
         except (LeaseLostError, StatusConflictError) as exc:
             log.warning("turn %s: another writer owns it now (%s)", recorder.turn.id, exc)
         except (ModelError, RunStateRefusedError) as exc:
             if isinstance(exc, RunStateRefusedError):
                 log.warning("turn %s cannot pause: %s", recorder.turn.id, exc.message)
             with anyio.CancelScope(shield=True):
-                await self._finish(recorder, TurnStatus.FAILED, error={"code": exc.code, "message": exc.message})
+                await self._finish(start, recorder, TurnStatus.FAILED, error={"code": exc.code, "message": exc.message})
         except Exception as exc:
             log.exception("turn %s failed", recorder.turn.id)
             message = exc.message if isinstance(exc, CairnError) else f"internal error: {type(exc).__name__}"
             with anyio.CancelScope(shield=True):
-                await self._finish(recorder, TurnStatus.FAILED, error={"code": "internal_error", "message": message})
+                await self._finish(start, recorder, TurnStatus.FAILED, error={"code": "internal_error", "message": message})
         finally:
             await start.model.aclose()
 
@@ -133,8 +133,9 @@ class TurnRunner:
 
     async def _hand_back(self, start: TurnStart, recorder: TurnRecorder, *, delay_s: float = 0.0) -> None:
         """Store the run's context and hand the turn's job back for any worker to go on."""
-        async with recorder.write() as tx:
-            await start.context.store(tx, self.rt.sealer, start.secrets.known_values)
+        if not start.context.is_empty:
+            async with recorder.write() as tx:
+                await start.context.store(tx, self.rt.sealer, start.secrets.known_values)
         await release_job(self.rt.db, recorder.job, delay_s=delay_s)
 
     async def _redact_workspace(self, start: TurnStart) -> None:
@@ -160,12 +161,14 @@ class TurnRunner:
         async with recorder.write() as tx:
             await record_outputs(tx.conn, session, recorder.turn.id, outputs)
             await close_turn(tx, recorder.turn, TurnStatus.COMPLETED)
+            await start.context.drop(tx, self.rt.sealer)
             await complete_job(tx.conn, recorder.job)
 
-    async def _finish(self, recorder: TurnRecorder, status: TurnStatus, *, error: dict[str, str] | None = None) -> None:
+    async def _finish(self, start: TurnStart, recorder: TurnRecorder, status: TurnStatus, *, error: dict[str, str] | None = None) -> None:
         try:
             async with recorder.write() as tx:
                 await close_turn(tx, recorder.turn, status, error=error)
+                await start.context.drop(tx, self.rt.sealer)
                 await complete_job(tx.conn, recorder.job)
         except (LeaseLostError, StatusConflictError):
             log.warning("turn %s: lease lost before it could be marked %s", recorder.turn.id, status)

@@ -19,7 +19,7 @@ from cairn.engine.vaults.injection import load_session_secrets
 from cairn.errors import InvalidRequestError
 from cairn.operator import LoadedAgent, LoadedAgents
 from cairn.redaction import REDACTED, redacted_log_records
-from cairn.store.tables import credentials, turns
+from cairn.store.tables import credentials, data_keys, turns
 from tests.unit.engine.harness import EngineHarness
 
 pytestmark = pytest.mark.anyio
@@ -237,7 +237,11 @@ async def test_declared_context_survives_a_pause_and_a_restart_sealed(engine: En
     await engine.run_job()
     outputs = [i.data.get("output") for i in await engine.items(session_id) if i.type == "function_call_output"]
     assert outputs[-1] == json.dumps({"note": "rollout", "ticket": 42}, sort_keys=True)
-    assert (await engine.turn(engine.turn_ids[session_id])).status == "completed"
+    done = await engine.turn(engine.turn_ids[session_id])
+    assert done.status == "completed" and done.context is None  # it went with its turn
+    async with engine.runtime.db.read() as conn:
+        kinds = (await conn.execute(sa.select(data_keys.c.kind))).scalars().all()
+    assert "run_context" not in kinds
 
 
 @pytest.mark.parametrize(("tool", "refusal"), [
