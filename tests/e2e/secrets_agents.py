@@ -6,7 +6,9 @@ Its tools use the session's credentials the way careless operator code would: `u
 in its message. What each execution really received is proven without storing it: `use_token`
 appends the SHA-256 of the token it got to the file named by `CAIRN_TEST_DEPLOYS`, outside any
 data dir. The registry's runtime dependency `deploy_client` holds the password named by
-`CAIRN_TEST_DEPS_PASSWORD`, which `use_token` uses and nothing may store.
+`CAIRN_TEST_DEPS_PASSWORD`, which `use_token` uses and nothing may store. `open_ticket` keeps a
+ticket in the run's context (declared), which `use_token` records after the resume; `keep_token`
+puts the token there, which a pause must refuse.
 """
 
 from __future__ import annotations
@@ -26,10 +28,27 @@ async def use_token(ctx: cairn.ToolContext, target: str) -> str:
     credential = ctx.credentials["deploy-token"]
     assert isinstance(credential, cairn.StaticBearer)
     client = ctx.deps["deploy_client"]
+    ticket = ctx.context.get("ticket", "none")
     with open(os.environ["CAIRN_TEST_DEPLOYS"], "a") as deploys:
-        deploys.write(f"{target} {hashlib.sha256(credential.token.encode()).hexdigest()} {client.login()}\n")
+        deploys.write(f"{target} {hashlib.sha256(credential.token.encode()).hexdigest()} {client.login()} {ticket}\n")
     log.warning("calling %s with Authorization: Bearer %s", target, credential.token)
     return f"called {target} with Authorization: Bearer {credential.token}"
+
+
+@cairn.tool
+async def open_ticket(ctx: cairn.ToolContext, title: str) -> str:
+    """Open a change ticket, kept in the run's context for the deploy."""
+    ctx.context["ticket"] = f"T-{len(title)}"
+    return f"opened {ctx.context['ticket']}"
+
+
+@cairn.tool
+async def keep_token(ctx: cairn.ToolContext) -> str:
+    """Keep the deploy token in the run's context (what the Agents SDK would store in clear)."""
+    credential = ctx.credentials["deploy-token"]
+    assert isinstance(credential, cairn.StaticBearer)
+    ctx.context["ticket"] = credential.token
+    return "kept"
 
 
 @cairn.tool
@@ -64,4 +83,5 @@ registry = cairn.AgentRegistry(deps=lambda: {"deploy_client": DeployClient(os.en
 @registry.agent("secrets-agent/v1")
 def secrets_agent_v1(deps: cairn.RuntimeDeps) -> cairn.Agent:
     return cairn.Agent(model="scripted:echo", instructions="You deploy with credentials.",
-                       tools=[use_token, show_api_key, fail_with_token, "shell"])
+                       tools=[use_token, show_api_key, fail_with_token, open_ticket, keep_token, "shell"],
+                       context={"ticket": str})

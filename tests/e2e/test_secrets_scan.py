@@ -150,6 +150,7 @@ def test_no_credential_value_anywhere_in_the_data_dir_logs_or_database_after_a_p
         {"call": "shell", "arguments": {"command": _PRINT_AND_PUBLISH}},
         {"call": "show_api_key", "arguments": {}},
         {"call": "fail_with_token", "arguments": {}},
+        {"call": "open_ticket", "arguments": {"title": "deploy prod"}},
         {"call": "use_token", "arguments": {"target": "prod"}},
         {"call": "shell", "arguments": {"command": write_token}},
         {"say": "deployed"},
@@ -170,7 +171,8 @@ def test_no_credential_value_anywhere_in_the_data_dir_logs_or_database_after_a_p
 
     # The tool got the real token at the resume (its digest, recorded outside the data dir).
     login = hashlib.sha256(deployment.values["deps password"].encode()).hexdigest()[:12]
-    assert deployment.deploys() == [f"prod {hashlib.sha256(token.encode()).hexdigest()} {login}"]
+    # ... and the ticket the first worker kept in the run's context, before the pause.
+    assert deployment.deploys() == [f"prod {hashlib.sha256(token.encode()).hexdigest()} {login} T-11"]
     items = deployment.items(session_id)
     printed, written = deployment.commands(session_id)
     placeholder = printed["output"].splitlines()[0].removeprefix("API_KEY=")
@@ -274,3 +276,22 @@ def test_a_session_env_holding_a_credentials_value_is_refused_without_echoing_it
         refused = http.post(SESSIONS, json=body)
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "environment.env.TOKEN", refused.text
     assert deployment.values["token"] not in refused.text and "vault" in refused.json()["error"]["message"]
+
+
+def test_a_pause_that_would_store_a_secret_in_the_runs_context_fails_the_turn_visibly(
+    sqlite_deployment: SecretsDeployment,
+) -> None:
+    deployment = sqlite_deployment
+    model = deployment.script([[{"call": "keep_token", "arguments": {}}, {"call": "use_token", "arguments": {"target": "prod"}},
+                                {"say": "never"}]])
+    deployment.worker()
+    session_id = deployment.start(model)
+    deployment.turn_done(session_id)
+    with deployment.http() as http:
+        [turn] = http.get(f"{SESSIONS}/{session_id}/turns").json()["data"]
+        approvals = http.get("/approvals", params={"session_id": session_id}).json()["data"]
+    assert turn["status"] == "failed" and turn["error"]["code"] == "run_state_refused", turn
+    assert "'ticket' holds a secret value" in turn["error"]["message"]
+    assert [a["status"] for a in approvals] == ["revoked"] and deployment.deploys() == []
+    deployment.stop_workers()
+    assert scan(deployment.api.data_dir, deployment.values) == []
