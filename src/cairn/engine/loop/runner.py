@@ -54,14 +54,7 @@ class TurnRunner:
         # While the turn runs here, its credentials' values are taken out of everything this
         # process stores for the session and every line it logs.
         with self.rt.redactors.holding(start.session.id, start.secrets.known_values):
-            try:
-                await self._run(job, start, stopping)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    try:
-                        await self._redact_workspace(start)
-                    except Exception:
-                        log.exception("session %s: its workspace could not be searched for secret values", start.session.id)
+            await self._run(job, start, stopping)
 
     async def _run(self, job: Job, start: TurnStart, stopping: anyio.Event | None) -> None:
         recorder = TurnRecorder(self.rt.journal, job, start.session, start.turn, start.items)
@@ -114,6 +107,7 @@ class TurnRunner:
                 await self._hand_back(start, recorder, delay_s=outcome.deferred.delay_s)
                 return
             if outcome.holds:
+                await self._redact_workspace(start)
                 async with recorder.write() as tx:
                     # The run's context goes with it while it waits (or nothing waits: refused).
                     await start.context.store(tx, self.rt.sealer, start.secrets.known_values)
@@ -133,6 +127,7 @@ class TurnRunner:
 
     async def _hand_back(self, start: TurnStart, recorder: TurnRecorder, *, delay_s: float = 0.0) -> None:
         """Store the run's context and hand the turn's job back for any worker to go on."""
+        await self._redact_workspace(start)
         if not start.context.is_empty:
             async with recorder.write() as tx:
                 await start.context.store(tx, self.rt.sealer, start.secrets.known_values)
@@ -140,7 +135,9 @@ class TurnRunner:
 
     async def _redact_workspace(self, start: TurnStart) -> None:
         """Take the session's secret values out of what this execution wrote in its workspace,
-        before it is published or persisted (`cairn.engine.vaults.workspace`)."""
+        before it is published or persisted (`cairn.engine.vaults.workspace`): whenever the
+        execution ends (completed, waiting, handed back, failed, cancelled), before the write
+        that lets another execution of the session start."""
         session = start.session
         if session.environment["type"] == "none":
             return
@@ -165,6 +162,10 @@ class TurnRunner:
             await complete_job(tx.conn, recorder.job)
 
     async def _finish(self, start: TurnStart, recorder: TurnRecorder, status: TurnStatus, *, error: dict[str, str] | None = None) -> None:
+        try:
+            await self._redact_workspace(start)
+        except Exception:  # the turn ends anyway; what is left is logged, for a person
+            log.exception("session %s: its workspace could not be searched for secret values", start.session.id)
         try:
             async with recorder.write() as tx:
                 await close_turn(tx, recorder.turn, status, error=error)
