@@ -5,8 +5,8 @@ Revises: 0008
 Create Date: 2026-12-03 12:30:00
 
 `turns.context` holds what an operator agent's tools keep across a pause (their declared
-context keys), sealed for the turn; NULL for every existing turn, which had none. Added with
-plain ALTER TABLE (a nullable column: no rebuild on SQLite).
+context keys), sealed for the turn; NULL for every existing turn, which had none. Added and
+dropped with plain ALTER TABLE, never a rebuild of `turns`.
 """
 
 from __future__ import annotations
@@ -25,5 +25,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("turns", schema=None) as batch_op:
-        batch_op.drop_column("context")
+    # Plain ALTER TABLE: a batch rebuild of `turns` on SQLite would cascade-delete what
+    # references them (see 0003).
+    op.drop_column("turns", "context")
