@@ -268,3 +268,22 @@ async def test_an_approval_request_whose_review_shows_a_secret_is_refused(engine
     assert turn.status == "failed" and turn.error is not None and turn.error["code"] == "run_state_refused"
     assert "review" in turn.error["message"] and (await engine.session(session_id)).required_actions == ()
     assert TOKEN.encode() not in _stored(engine)
+
+
+async def test_an_oauth_credential_gives_its_access_token_and_every_secret_field_is_redacted(engine: EngineHarness) -> None:
+    engine.script([{"say": "hello"}])
+    await engine.restart(agents=_agents())
+    service = VaultService(engine.runtime)
+    vault = await service.create_vault("t1", name="mcp", metadata={})
+    refresh = {"client_id": "cairn", "token_endpoint": "https://auth.example.com/token", "refresh_token": "refresh-0123456789",
+               "token_endpoint_auth": {"type": "client_secret_post", "client_secret": "client-secret-0123"}}
+    await service.create_credential("t1", vault.id, name="mcp", metadata={}, auth={
+        "type": "mcp_oauth", "mcp_server_url": "https://mcp.example.com/mcp", "access_token": "access-0123456789",
+        "expires_at": 1_900_000_000, "refresh": refresh})
+    session_id = await engine.create_session(agent_id="vault-agent", vault_ids=[vault.id])
+    secrets = await load_session_secrets(engine.runtime, await engine.session(session_id))
+    oauth = secrets.tool_credentials["mcp"]
+    assert isinstance(oauth, cairn.McpOAuth)
+    assert (oauth.access_token, oauth.expires_at, oauth.mcp_server_url) == ("access-0123456789", 1_900_000_000, "https://mcp.example.com/mcp")
+    assert secrets.known_values.values == {"access-0123456789", "refresh-0123456789", "client-secret-0123"}
+    assert secrets.env == {} and secrets.wire == ()
