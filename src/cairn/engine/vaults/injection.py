@@ -95,7 +95,12 @@ class OpenedCredential:
     secret: Mapping[str, str] = field(repr=False)
 
     def secret_values(self) -> list[str]:
-        return [v for v in self.secret.values() if isinstance(v, str) and v]
+        # The API refuses shorter values; a shorter one could not be redacted reliably anyway.
+        return [v for v in self.secret.values() if isinstance(v, str) and len(v) >= MIN_SECRET_CHARS]
+
+
+def _known_values(credentials: Iterable[OpenedCredential]) -> KnownValues:
+    return KnownValues(v for c in credentials for v in c.secret_values())
 
 
 async def open_credentials(conn: Connection, sealer: Sealer, tenant: str, vault_ids: Sequence[str]) -> list[OpenedCredential]:
@@ -128,8 +133,7 @@ async def load_session_secrets(rt: Runtime, session: SessionRecord) -> SessionSe
             env[made.env_name] = made.placeholder
             wire.append(WireSecret(made.credential_id, made.env_name, made.placeholder, made.value,
                                    _allowed_hosts(credential.record.auth)))
-    known = KnownValues(v for c in opened for v in c.secret_values() if len(v) >= MIN_SECRET_CHARS)
-    return SessionSecrets(env=env, wire=tuple(wire), tool_credentials=Credentials(by_name), known_values=known)
+    return SessionSecrets(env=env, wire=tuple(wire), tool_credentials=Credentials(by_name), known_values=_known_values(opened))
 
 
 def _credential(opened: OpenedCredential, session: SessionRecord, key: ApprovalKey | None) -> Credential:
@@ -154,7 +158,7 @@ def _allowed_hosts(auth: Mapping[str, Any]) -> tuple[str, ...] | None:
 def check_session_env(env: Mapping[str, str], credentials: Iterable[OpenedCredential]) -> None:
     """Refuse a session `environment.env` that holds the value of one of its vaults' credentials:
     secrets belong in vaults, where the sandbox gets a placeholder (docs/security.md)."""
-    known = KnownValues(v for c in credentials for v in c.secret_values() if len(v) >= MIN_SECRET_CHARS)
+    known = _known_values(credentials)
     for name, value in env.items():
         if known.redactor.finds(value):
             raise InvalidRequestError(
