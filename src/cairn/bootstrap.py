@@ -90,7 +90,9 @@ def build_runtime(settings: Settings, db: Database, agents: LoadedAgents | None 
     blobs = BlobStore(settings.blobs_dir)
     # Every side-effecting call runs under the idempotency ledger (docs/ledger.md); the gate
     # hands it the approved calls that may already have run.
-    ledger = LedgerReserve(db, blobs, settings)
+    # The master keys: CAIRN_MASTER_KEY, or the data dir's key file (made on first start).
+    sealer = Sealer(LocalKeyring.from_settings(settings))
+    ledger = LedgerReserve(db, blobs, sealer, settings)
     return Runtime(
         settings=settings,
         db=db,
@@ -101,10 +103,9 @@ def build_runtime(settings: Settings, db: Database, agents: LoadedAgents | None 
         environments=Environments(settings.workspaces_dir, sandbox, build_snapshot_store(settings), db),
         resolve_model=partial(resolve_model, settings=settings),
         check_model=partial(check_model_name, settings=settings),
-        # The master keys: CAIRN_MASTER_KEY, or the data dir's key file (made on first start).
-        sealer=Sealer(LocalKeyring.from_settings(settings)),
+        sealer=sealer,
         # A call that its agent says needs a person's approval waits for one (docs/approvals.md).
-        tool_policies=ToolPolicies(gate=ApprovalGate(journal, agents, settings, reserve=ledger), reserve=ledger),
+        tool_policies=ToolPolicies(gate=ApprovalGate(journal, agents, settings, sealer, reserve=ledger), reserve=ledger),
         agents=agents,
     )
 

@@ -76,6 +76,15 @@ class Settings:
     # key in hex; default: `master.key` in the data dir, made on first start. Every process of
     # one database must have the same (docs/security.md).
     master_key: str | None = None
+    # How long an approval's sealed run state is kept (docs/security.md, "Lifetimes"): a
+    # pending approval at most this long (its expiry is capped to it), then by the status it
+    # ended in, counted from when it got there: rejected (also revoked or invalidated),
+    # completed (approved and started), expired. Workers sweep every interval.
+    run_state_ttl_pending_s: float = 30 * 86400.0
+    run_state_ttl_rejected_s: float = 7 * 86400.0
+    run_state_ttl_completed_s: float = 7 * 86400.0
+    run_state_ttl_expired_s: float = 86400.0
+    sealed_sweep_interval_s: float = 600.0
     # OpenAI-compatible endpoint for `openai:` and plain model names.
     openai_base_url: str | None = None
     openai_api_key: str | None = None
@@ -94,12 +103,24 @@ class Settings:
         check_seconds(self.ledger_retry_delay_s, "CAIRN_LEDGER_RETRY_DELAY_S")
         check_seconds(self.ledger_retention_s, "CAIRN_LEDGER_RETENTION_S")
         check_seconds(self.ledger_sweep_interval_s, "CAIRN_LEDGER_SWEEP_INTERVAL_S")
+        for name, ttl_s in self.run_state_ttls().items():
+            check_seconds(ttl_s, f"CAIRN_RUN_STATE_TTL_{name.upper()}_S")
+        check_seconds(self.sealed_sweep_interval_s, "CAIRN_SEALED_SWEEP_INTERVAL_S")
         if self.ledger_max_attempts < 1:
             raise InvalidRequestError("CAIRN_LEDGER_MAX_ATTEMPTS must be 1 or more", param="CAIRN_LEDGER_MAX_ATTEMPTS")
         if self.ledger_result_inline_bytes < 0:
             raise InvalidRequestError("CAIRN_LEDGER_RESULT_INLINE_BYTES must be 0 or more", param="CAIRN_LEDGER_RESULT_INLINE_BYTES")
         if self.job_max_attempts < 1:
             raise InvalidRequestError("CAIRN_JOB_MAX_ATTEMPTS must be 1 or more", param="CAIRN_JOB_MAX_ATTEMPTS")
+
+    def run_state_ttls(self) -> dict[str, float]:
+        """The run state's time to live by the approval status it is counted from."""
+        return {
+            "pending": self.run_state_ttl_pending_s,
+            "rejected": self.run_state_ttl_rejected_s,
+            "completed": self.run_state_ttl_completed_s,
+            "expired": self.run_state_ttl_expired_s,
+        }
 
     @property
     def resolved_database_url(self) -> str:
@@ -163,6 +184,11 @@ class Settings:
                 ledger_retention_s=float(environ.get("CAIRN_LEDGER_RETENTION_S", self.ledger_retention_s)),
                 ledger_sweep_interval_s=float(environ.get("CAIRN_LEDGER_SWEEP_INTERVAL_S", self.ledger_sweep_interval_s)),
                 master_key=self.master_key or environ.get("CAIRN_MASTER_KEY"),
+                run_state_ttl_pending_s=float(environ.get("CAIRN_RUN_STATE_TTL_PENDING_S", self.run_state_ttl_pending_s)),
+                run_state_ttl_rejected_s=float(environ.get("CAIRN_RUN_STATE_TTL_REJECTED_S", self.run_state_ttl_rejected_s)),
+                run_state_ttl_completed_s=float(environ.get("CAIRN_RUN_STATE_TTL_COMPLETED_S", self.run_state_ttl_completed_s)),
+                run_state_ttl_expired_s=float(environ.get("CAIRN_RUN_STATE_TTL_EXPIRED_S", self.run_state_ttl_expired_s)),
+                sealed_sweep_interval_s=float(environ.get("CAIRN_SEALED_SWEEP_INTERVAL_S", self.sealed_sweep_interval_s)),
             )
         except ValueError as exc:
             raise InvalidRequestError(f"bad CAIRN_* setting: {exc}") from exc

@@ -96,6 +96,8 @@ class ApprovalReason(StrEnum):
     SESSION_CANCELLED = "session_cancelled"  # the turn was cancelled before the call ran
     TURN_FAILED = "turn_failed"  # the turn failed before the call ran
     SESSION_DELETED = "session_deleted"
+    # Its sealed state does not open: altered, moved, its data key gone, another master key.
+    STATE_DESERIALIZE_FAILURE = "state_deserialize_failure"
 
 
 class LedgerStatus(StrEnum):

@@ -14,7 +14,7 @@ from cairn.api.context import RequestContext, request_context
 from cairn.api.json_body import read_body, read_model
 from cairn.api.params import list_params, page_body
 from cairn.api.schemas import ApproveBody, RejectBody, RevokeBody
-from cairn.engine.approvals import Decision, DecisionRequest, decide, render_approval
+from cairn.engine.approvals import Decision, DecisionRequest, decide, show_approval
 from cairn.errors import InvalidRequestError, NotFoundError
 from cairn.states import ApprovalStatus
 from cairn.store.approvals import get_approval, list_approvals
@@ -45,7 +45,8 @@ async def list_all(request: Request) -> Response:
             order=params.order,
             limit=params.limit,
         )
-    return JSONResponse(page_body(page, [render_approval(a) for a in page.data]))
+        shown = [await show_approval(ctx.runtime.sealer, conn, a) for a in page.data]
+    return JSONResponse(page_body(page, shown))
 
 
 async def retrieve(request: Request) -> Response:
@@ -53,14 +54,15 @@ async def retrieve(request: Request) -> Response:
     approval_id = request.path_params["approval_id"]
     async with ctx.runtime.db.read() as conn:
         approval = await get_approval(conn, approval_id, tenant=ctx.principal.tenant)
-    if approval is None:
-        raise NotFoundError(f"No approval found with id '{approval_id}'.", param="approval_id")
-    return JSONResponse(render_approval(approval))
+        if approval is None:
+            raise NotFoundError(f"No approval found with id '{approval_id}'.", param="approval_id")
+        return JSONResponse(await show_approval(ctx.runtime.sealer, conn, approval))
 
 
 async def _decide(request: Request, ctx: RequestContext, decision: DecisionRequest) -> Response:
     approval = await decide(ctx.runtime.journal, ctx.principal.decider, request.path_params["approval_id"], decision)
-    return JSONResponse(render_approval(approval))
+    async with ctx.runtime.db.read() as conn:
+        return JSONResponse(await show_approval(ctx.runtime.sealer, conn, approval))
 
 
 async def approve(request: Request) -> Response:

@@ -16,7 +16,7 @@ from cairn.api.context import request_context
 from cairn.api.json_body import read_body, read_model
 from cairn.api.params import list_params, page_body
 from cairn.api.schemas import ResolveBody
-from cairn.engine.ledger import render_entry, resolve_effect
+from cairn.engine.ledger import render_entry, resolve_effect, shown_result
 from cairn.errors import InvalidRequestError, NotFoundError
 from cairn.states import LedgerStatus
 from cairn.store.ledger import get_entry, list_entries
@@ -43,7 +43,8 @@ async def list_all(request: Request) -> Response:
             order=params.order,
             limit=params.limit,
         )
-    return JSONResponse(page_body(page, [render_entry(e) for e in page.data]))
+        shown = [render_entry(e, await shown_result(conn, ctx.runtime.blobs, ctx.runtime.sealer, e)) for e in page.data]
+    return JSONResponse(page_body(page, shown))
 
 
 async def retrieve(request: Request) -> Response:
@@ -51,9 +52,9 @@ async def retrieve(request: Request) -> Response:
     operation_key = request.path_params["operation_key"]
     async with ctx.runtime.db.read() as conn:
         entry = await get_entry(conn, operation_key, tenant=ctx.principal.tenant)
-    if entry is None:
-        raise NotFoundError(f"No ledger entry found with operation key '{operation_key}'.", param="operation_key")
-    return JSONResponse(render_entry(entry))
+        if entry is None:
+            raise NotFoundError(f"No ledger entry found with operation key '{operation_key}'.", param="operation_key")
+        return JSONResponse(render_entry(entry, await shown_result(conn, ctx.runtime.blobs, ctx.runtime.sealer, entry)))
 
 
 async def resolve(request: Request) -> Response:
@@ -61,10 +62,11 @@ async def resolve(request: Request) -> Response:
     settings = ctx.runtime.settings
     body = read_model(await read_body(request, settings.max_body_bytes), ResolveBody)
     entry = await resolve_effect(
-        ctx.runtime.journal, ctx.runtime.blobs, ctx.principal.decider, request.path_params["operation_key"],
+        ctx.runtime.journal, ctx.runtime.blobs, ctx.runtime.sealer, ctx.principal.decider, request.path_params["operation_key"],
         output=body.succeeded, error=body.failed, inline_bytes=settings.ledger_result_inline_bytes,
     )
-    return JSONResponse(render_entry(entry))
+    async with ctx.runtime.db.read() as conn:
+        return JSONResponse(render_entry(entry, await shown_result(conn, ctx.runtime.blobs, ctx.runtime.sealer, entry)))
 
 
 routes = [

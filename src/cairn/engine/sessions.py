@@ -22,6 +22,7 @@ from cairn.engine.events import environment_event, session_event, turn_event
 from cairn.engine.journal import Transaction
 from cairn.engine.lifecycle import add_call_output, close_turn, queue_turn_job, queue_workspace_removal, set_session_status
 from cairn.engine.loop.waiting import release_hold
+from cairn.engine.retention import delete_session_state
 from cairn.engine.runtime import Runtime
 from cairn.engine.session_agent import new_session_agent, updated_agent
 from cairn.engine.vaults.injection import check_session_env, open_credentials
@@ -195,6 +196,8 @@ class SessionService:
                 )
             # Its held and approved-but-unstarted calls never run; the approvals stay on record.
             await close_approvals(tx.conn, ApprovalReason.SESSION_DELETED, session_id=session_id)
+            # Their sealed states and its ledger results go now, their data keys shredded.
+            await delete_session_state(self.rt.sealer, tx.conn, session_id)
             await delete_session(tx.conn, session_id)
             # Its workspace and snapshots go where workspaces live: on a worker.
             await queue_workspace_removal(tx, tenant, session_id)

@@ -9,11 +9,15 @@ call are part of the same conditional UPDATE, on the database clock, so a decisi
 the expiry or a revocation racing the start has exactly one winner.
 
 Rows carry references, never the call's content beyond what an approver is shown: the run
-state names the call's item and the pinned agent, with its own schema version.
+state names the call's item and the pinned agent, with its own schema version. The review,
+summary and run state are stored sealed (`sealed_state`, sealed and opened by the engine's
+`cairn.engine.approvals.sealed`); this module stores and clears the sealed bytes and never
+sees them in clear, except in rows from before sealing (run state version 1).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +32,7 @@ from cairn.store.tables import approvals
 __all__ = [
     "ApprovalRecord",
     "Decider",
+    "clear_states",
     "close_approvals",
     "database_time",
     "due_for_expiry",
@@ -36,6 +41,8 @@ __all__ = [
     "insert_approval",
     "list_approvals",
     "mark_started",
+    "session_approval_ids",
+    "states_past_ttl",
     "transition_approval",
 ]
 
@@ -57,13 +64,15 @@ class ApprovalRecord:
     turn_id: str
     call_id: str
     tool_name: str
+    # In clear once opened (`cairn.engine.approvals.sealed`); None (and `sealed_state` set)
+    # as read from the store, and None for good once the state is deleted.
     review: Any
-    summary: str
+    summary: str | None
     arguments_digest: str
     agent_version: str
     agent_revision: str
     approvers: list[str]
-    run_state: dict[str, Any]
+    run_state: dict[str, Any] | None
     run_state_version: int
     status: ApprovalStatus
     reason: str | None
@@ -75,6 +84,8 @@ class ApprovalRecord:
     decided_by: str | None = None
     decided_tenant: str | None = None
     decided_role: str | None = None
+    sealed_state: bytes | None = None
+    state_deleted_at: float | None = None
 
     @property
     def is_started(self) -> bool:
@@ -236,3 +247,42 @@ async def due_for_expiry(conn: Connection, *, limit: int) -> list[ApprovalRecord
     )
     return [_record(r) for r in (await conn.execute(stmt)).all()]
 
+
+
+async def clear_states(conn: Connection, approval_ids: Sequence[str]) -> list[str]:
+    """Delete the stored state (sealed, or clear in a version 1 row) of these approvals, and
+    say when; the record of the decision stays. Returns the ids whose state was still there
+    (their data keys are the caller's to shred in the same transaction)."""
+    if not approval_ids:
+        return []
+    kept = approvals.c.state_deleted_at.is_(None)
+    stmt = (
+        sa.update(approvals)
+        .where(approvals.c.id.in_(list(approval_ids)), kept)
+        .values(sealed_state=None, review=None, summary=None, run_state=None, state_deleted_at=_clock(conn))
+        .returning(approvals.c.id)
+    )
+    return [str(i) for i in (await conn.execute(stmt)).scalars().all()]
+
+
+async def states_past_ttl(conn: Connection, ttls: Mapping[str, float], *, limit: int) -> list[str]:
+    """Approvals whose stored state has outlived its time to live (`Settings.run_state_ttls`):
+    rejected, revoked or invalidated ones counted from their decision, approved ones from when
+    their call started, expired ones from their expiry (database clock). Pending and approved
+    unstarted ones are still needed: their expiry bounds them."""
+    now = _clock(conn)
+    c = approvals.c
+    ended = sa.or_(
+        sa.and_(c.status.in_([ApprovalStatus.REJECTED, ApprovalStatus.REVOKED, ApprovalStatus.INVALIDATED]),
+                c.decided_at + ttls["rejected"] <= now),
+        sa.and_(c.status == ApprovalStatus.APPROVED, c.started_at + ttls["completed"] <= now),
+        sa.and_(c.status == ApprovalStatus.EXPIRED, c.expires_at + ttls["expired"] <= now),
+    )
+    stmt = sa.select(c.id).where(c.state_deleted_at.is_(None), ended).limit(limit)
+    return [str(i) for i in (await conn.execute(stmt)).scalars().all()]
+
+
+async def session_approval_ids(conn: Connection, session_id: str) -> list[str]:
+    """Every approval of the session whose state is still stored."""
+    stmt = sa.select(approvals.c.id).where(approvals.c.session_id == session_id, approvals.c.state_deleted_at.is_(None))
+    return [str(i) for i in (await conn.execute(stmt)).scalars().all()]

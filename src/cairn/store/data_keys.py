@@ -102,12 +102,15 @@ async def count_by_version(conn: Connection) -> dict[int, int]:
     return {int(version): int(count) for version, count in (await conn.execute(stmt)).all()}
 
 
-async def orphaned_keys(conn: Connection, kind: str, records: sa.Table, *, limit: int) -> list[str]:
-    """Data keys of `kind` whose record is no longer in `records` (its `id` column): what a
-    crash left between deleting a record and its keys."""
-    stmt = (
-        sa.select(data_keys.c.id)
-        .where(data_keys.c.kind == kind, ~sa.exists().where(records.c.id == data_keys.c.record_id))
-        .limit(limit)
-    )
+async def orphaned_keys(
+    conn: Connection, kind: str, records: sa.Table, *, id_column: str = "id", keeps: sa.ColumnElement[bool] | None = None,
+    limit: int,
+) -> list[str]:
+    """Data keys of `kind` whose record is no longer in `records` (by its `id_column`), or no
+    longer keeps its sealed blob (`keeps` false): what a crash, a restore or a hand-made
+    deletion left between deleting a record's blobs and their keys."""
+    live = records.c[id_column] == data_keys.c.record_id
+    if keeps is not None:
+        live = sa.and_(live, keeps)
+    stmt = sa.select(data_keys.c.id).where(data_keys.c.kind == kind, ~sa.exists().where(live)).limit(limit)
     return [str(key_id) for key_id in (await conn.execute(stmt)).scalars().all()]

@@ -43,6 +43,7 @@ __all__ = [
     "Operation",
     "claim_operation",
     "close_turn_entries",
+    "forget_session_results",
     "get_entry",
     "list_entries",
     "referenced_result_blobs",
@@ -360,10 +361,11 @@ async def referenced_result_blobs(conn: Connection, digests: Sequence[str]) -> s
     return {str(d) for d in (await conn.execute(stmt)).scalars()}
 
 
-async def sweep_settled_entries(conn: Connection, *, settled_before: float, limit: int) -> int:
+async def sweep_settled_entries(conn: Connection, *, settled_before: float, limit: int) -> list[str]:
     """Delete up to `limit` entries settled (succeeded, failed_terminal) before `settled_before`
     whose turn is over or gone: its calls never run again, so nothing asks for them. An
-    `uncertain` entry is kept until a person resolves it. Returns how many were deleted."""
+    `uncertain` entry is kept until a person resolves it. Returns the operation keys deleted
+    (the data keys of their sealed results are the caller's to shred in the same transaction)."""
     turn_active = (
         sa.select(turns.c.id)
         .where(turns.c.id == ledger_entries.c.turn_id, turns.c.status.in_(_ACTIVE_TURN))
@@ -374,11 +376,24 @@ async def sweep_settled_entries(conn: Connection, *, settled_before: float, limi
         .where(ledger_entries.c.status.in_(_SETTLED), ledger_entries.c.updated_at < settled_before, ~turn_active)
         .limit(limit)
     )
-    keys = list((await conn.execute(doomed)).scalars())
-    if not keys:
-        return 0
-    await conn.execute(sa.delete(ledger_entries).where(ledger_entries.c.operation_key.in_(keys)))
-    return len(keys)
+    keys = [str(k) for k in (await conn.execute(doomed)).scalars()]
+    if keys:
+        await conn.execute(sa.delete(ledger_entries).where(ledger_entries.c.operation_key.in_(keys)))
+    return keys
+
+
+async def forget_session_results(conn: Connection, session_id: str) -> list[str]:
+    """Drop the stored results of a deleted session's entries (the entries stay, as the record
+    of what ran, until the retention sweep): their blobs are unreferenced, for the blob
+    garbage collector. Returns the operation keys whose result was dropped (the caller shreds
+    their data keys in the same transaction)."""
+    stmt = (
+        sa.update(ledger_entries)
+        .where(ledger_entries.c.session_id == session_id, ledger_entries.c.result.is_not(None))
+        .values(result=None, result_blob=None)
+        .returning(ledger_entries.c.operation_key)
+    )
+    return [str(k) for k in (await conn.execute(stmt)).scalars().all()]
 
 
 async def get_entry(conn: Connection, operation_key: str, *, tenant: str | None = None) -> LedgerEntry | None:

@@ -224,8 +224,10 @@ approvals = sa.Table(
     sa.Column("call_id", sa.String(128), nullable=False),
     sa.Column("tool_name", sa.String(128), nullable=False),
     # What the approver is shown: the tool's redacted snapshot of the arguments, and one line.
-    sa.Column("review", sa.JSON, nullable=False),
-    sa.Column("summary", sa.Text, nullable=False),
+    # In clear only in rows of run state version 1 (before sealing, migration 0009); since
+    # then NULL, and kept in `sealed_state` with the run state.
+    sa.Column("review", sa.JSON, nullable=True),
+    sa.Column("summary", sa.Text, nullable=True),
     # HMAC-SHA-256 of the canonical JSON of the call's identity and arguments.
     sa.Column("arguments_digest", sa.String(64), nullable=False),
     sa.Column("agent_version", sa.String(128), nullable=False),
@@ -233,8 +235,13 @@ approvals = sa.Table(
     # The roles that may decide, as the tool named them when the call was held.
     sa.Column("approvers", sa.JSON, nullable=False),
     # What continues exactly this call: references (the call's item, the pinned agent), versioned.
-    sa.Column("run_state", sa.JSON, nullable=False),
+    # Clear in version 1 rows only; NULL since (sealed).
+    sa.Column("run_state", sa.JSON, nullable=True),
     sa.Column("run_state_version", sa.Integer, nullable=False),
+    # Review, summary and run state sealed for this approval (`cairn.durable.sealing`), and when
+    # they were deleted (shredded after their time to live, or with the session).
+    sa.Column("sealed_state", sa.LargeBinary, nullable=True),
+    sa.Column("state_deleted_at", sa.Float, nullable=True),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("reason", sa.String(32), nullable=True),
     # The approver's rejection message, or why it was revoked.
@@ -275,7 +282,9 @@ ledger_entries = sa.Table(
     sa.Column("holder_token", sa.BigInteger, nullable=True),
     # failed_retryable: not claimed again before this time (database clock).
     sa.Column("retry_after", sa.Float, nullable=True),
-    # The stored result: {"output": ...} or {"blob": sha256, "size": n} for a large one.
+    # The stored result, sealed for the entry: {"sealed": base64} or {"blob": sha256, "size": n,
+    # "sealed": true} for a large one (the blob holds the sealed bytes). Before migration 0009:
+    # {"output": ...} or {"blob": sha256, "size": n} in clear.
     sa.Column("result", sa.JSON, nullable=True),
     # The blob a large result is stored in (indexed: the blob garbage collector asks for it).
     sa.Column("result_blob", sa.String(64), nullable=True),

@@ -1,8 +1,8 @@
 """Everything a process that runs turns keeps going in the background, each task supervised.
 
 The job loop, the suspension of idle workspaces, the expiry of approvals nobody decided in
-time, the retention sweep of the idempotency ledger, and the periodic garbage collection of
-snapshots and artifact blobs run in the caller's task group; none of them can stop another
+time, the retention sweep of the idempotency ledger, the lifetimes of sealed state (and the
+data keys a crash left), and the periodic garbage collection of snapshots and artifact blobs run in the caller's task group; none of them can stop another
 or stop for good (`cairn.worker.background`). `drain` is the graceful half of a shutdown:
 no new job is claimed, and running ones get a grace period to end before the caller cancels
 what is left (a cancelled job is handed back at once, for another worker to resume).
@@ -18,6 +18,7 @@ from cairn.engine.approvals import expire_approvals
 from cairn.engine.blob_gc import sweep_blob_garbage
 from cairn.engine.idle import apply_snapshot_retention, idle_check_interval_s, suspend_idle_sessions
 from cairn.engine.ledger import sweep_ledger
+from cairn.engine.retention import sweep_sealed_state
 from cairn.engine.runtime import Runtime
 from cairn.worker.background import run_periodically, supervise
 from cairn.worker.runner import Worker
@@ -49,6 +50,10 @@ class WorkerService:
         )
         tg.start_soon(
             run_periodically, "ledger-sweep", settings.ledger_sweep_interval_s, partial(sweep_ledger, rt), name="ledger-sweep"
+        )
+        tg.start_soon(
+            run_periodically, "sealed-sweep", settings.sealed_sweep_interval_s, partial(sweep_sealed_state, rt),
+            name="sealed-sweep",
         )
         if settings.blob_gc_interval_s > 0:
             tg.start_soon(run_periodically, "blob-gc", settings.blob_gc_interval_s, partial(sweep_blob_garbage, rt), name="blob-gc")

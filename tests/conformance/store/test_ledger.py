@@ -249,6 +249,6 @@ async def test_settled_entries_of_turns_that_are_over_are_swept_and_their_blobs_
     async with db.write() as conn:
         assert await referenced_result_blobs(conn, ["b" * 64, "c" * 64]) == {"b" * 64}
         # No turn row: the turn is gone (its session deleted). Too young first, then past its retention.
-        assert await sweep_settled_entries(conn, settled_before=0, limit=10) == 0
-        assert await sweep_settled_entries(conn, settled_before=time.time() + 1, limit=10) == 1
+        assert await sweep_settled_entries(conn, settled_before=0, limit=10) == []
+        assert len(await sweep_settled_entries(conn, settled_before=time.time() + 1, limit=10)) == 1
         assert await referenced_result_blobs(conn, ["b" * 64]) == set()

@@ -135,10 +135,11 @@ class EngineHarness:
         notifier = Notifier()
         journal = Journal(db, notifier)
         blobs = BlobStore(self.settings.blobs_dir)
+        sealer = Sealer(LocalKeyring.from_settings(self.settings))
         if policies is None:
             # As `cairn.bootstrap` builds them: the ledger always, the approvals gate when gated.
-            ledger = LedgerReserve(db, blobs, self.settings)
-            gate = ApprovalGate(journal, self.agents, self.settings, reserve=ledger) if self.gated else AllowEveryCall()
+            ledger = LedgerReserve(db, blobs, sealer, self.settings)
+            gate = ApprovalGate(journal, self.agents, self.settings, sealer, reserve=ledger) if self.gated else AllowEveryCall()
             policies = ToolPolicies(gate=gate, reserve=ledger)
         self._runtime = Runtime(
             settings=self.settings,
@@ -150,7 +151,7 @@ class EngineHarness:
             environments=Environments(self.settings.workspaces_dir, self.sandbox, open_snapshot_store(SnapshotStoreConfig(backend="none")), db),
             resolve_model=resolve or partial(resolve_model, settings=self.settings),
             check_model=partial(check_model_name, settings=self.settings),
-            sealer=Sealer(LocalKeyring.from_settings(self.settings)),
+            sealer=sealer,
             tool_policies=policies,
             agents=self.agents,
         )

@@ -5,7 +5,7 @@ from cairn.engine.approvals.decide import Decision, DecisionRequest, apply_decis
 from cairn.engine.approvals.digest import ApprovalKey, canonical_json, schema_hash
 from cairn.engine.approvals.expiry import expire_approvals
 from cairn.engine.approvals.gate import RUN_STATE_VERSION, ApprovalGate, approval_request
-from cairn.engine.approvals.render import render_approval
+from cairn.engine.approvals.render import render_approval, show_approval
 
 __all__ = [
     "RUN_STATE_VERSION",
@@ -20,4 +20,5 @@ __all__ = [
     "expire_approvals",
     "render_approval",
     "schema_hash",
+    "show_approval",
 ]

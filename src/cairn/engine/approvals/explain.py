@@ -18,6 +18,7 @@ _WHY: dict[str, str] = {
     ApprovalReason.SESSION_CANCELLED: "the turn was cancelled",
     ApprovalReason.TURN_FAILED: "the turn failed",
     ApprovalReason.SESSION_DELETED: "the session was deleted",
+    ApprovalReason.STATE_DESERIALIZE_FAILURE: "its stored state does not decrypt or verify (altered, moved, or another master key)",
 }
 
 

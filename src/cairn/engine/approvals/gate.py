@@ -23,6 +23,11 @@ pinned to an operator agent, it asks the pinned version's `approval_for(tool, ar
   `ToolContext.approval` filled, and the ledger decides: the stored result, a wait, or
   `uncertain`; never a second execution. Otherwise it is finished as "not run again".
 
+The review, summary and run state are stored sealed (`cairn.engine.approvals.sealed`) and
+opened for a pending or approved-unstarted approval. One that does not open is never
+continued: the approval becomes `invalidated` (`state_deserialize_failure`) and the turn
+fails with that error (`StateDeserializeError`), so nothing of the call runs.
+
 After a crash the gate vouches for every call whose approval has not started: it never ran.
 """
 
@@ -34,14 +39,16 @@ from typing import Any
 
 from cairn._concurrency import run_sync
 from cairn.config import Settings
+from cairn.durable.sealing import Sealer
 from cairn.engine.approvals.digest import ApprovalKey, schema_hash
 from cairn.engine.approvals.explain import explain
+from cairn.engine.approvals.sealed import open_state, seal_state
 from cairn.engine.journal import Journal, Transaction
 from cairn.engine.tools.base import ApprovalView, Hold, ToolResult
 from cairn.engine.tools.gate import GatePolicy
 from cairn.engine.tools.pipeline import PROCEED, CallInFlight, Finish, Verdict
 from cairn.engine.tools.reserve import ReserveNothing, ReservePolicy
-from cairn.errors import CairnMisuseError, RunStateRefusedError
+from cairn.errors import CairnMisuseError, RunStateRefusedError, StateDeserializeError
 from cairn.ids import new_approval_id
 from cairn.operator import ApprovalRequirement, LoadedAgent, LoadedAgents
 from cairn.states import ApprovalReason, ApprovalStatus
@@ -59,15 +66,17 @@ __all__ = ["RUN_STATE_VERSION", "ApprovalGate", "approval_request"]
 
 log = logging.getLogger(__name__)
 
-# The schema of `approvals.run_state`; a record of another version is not continued.
-RUN_STATE_VERSION = 1
+# The schema of an approval's run state; a record of another version is not continued.
+# Version 2: review, summary and run state sealed (version 1 kept them in clear).
+RUN_STATE_VERSION = 2
 
 
 def approval_request(approval: ApprovalRecord) -> Hold:
-    """The hold of a call waiting for `approval`: the session's `mcp_approval_request`."""
+    """The hold of a call waiting for `approval` (its state opened): the session's
+    `mcp_approval_request`."""
     request = {
         "type": "mcp_tool_call",
-        "server_label": approval.run_state.get("server_label", approval.agent_version),
+        "server_label": (approval.run_state or {}).get("server_label", approval.agent_version),
         "name": approval.tool_name,
         "arguments": approval.review,
         "message": approval.summary,
@@ -76,10 +85,13 @@ def approval_request(approval: ApprovalRecord) -> Hold:
 
 
 class ApprovalGate(GatePolicy):
-    def __init__(self, journal: Journal, agents: LoadedAgents, settings: Settings, *, reserve: ReservePolicy | None = None) -> None:
+    def __init__(
+        self, journal: Journal, agents: LoadedAgents, settings: Settings, sealer: Sealer, *, reserve: ReservePolicy | None = None
+    ) -> None:
         self._journal = journal
         self._agents = agents
         self._settings = settings
+        self._sealer = sealer
         # The reserve stage after this gate: a call it covers is handed on to it even when its
         # approval already started (it may have run; the reserve stage knows).
         self._reserve = reserve if reserve is not None else ReserveNothing()
@@ -112,15 +124,29 @@ class ApprovalGate(GatePolicy):
                 raise RunStateRefusedError(f"the approval request of {call.tool.name} would show a secret value of the "
                                            "session in its review; the call is not held and the turn cannot pause")
             ttl_s = requirement.ttl_s if requirement.ttl_s is not None else ttl_s
+        # A pending state is kept at most its time to live: the approval expires by then.
+        ttl_s = min(ttl_s, self._settings.run_state_ttl_pending_s)
+        unreadable: StateDeserializeError | None = None
         async with self._journal.transaction(session.id) as tx:
             approval = await get_call_approval(tx.conn, call.context.turn_id, call.call.call_id)
             if approval is None:
                 if record is None:
                     raise CairnMisuseError(f"the approval of call {call.call.call_id} is gone from the database")
-                approval = await insert_approval(tx.conn, record, ttl_s=ttl_s)
+                approval = await insert_approval(tx.conn, await seal_state(self._sealer, tx.conn, record), ttl_s=ttl_s)
                 log.info("approval %s: %s call %s of session %s held for a decision", approval.id, approval.tool_name,
                          approval.call_id, approval.session_id)
-            return await self._decided(tx, call, approval, key)
+            if not _continues(approval):
+                return await self._decided(tx, call, approval, key)
+            try:
+                opened = await open_state(self._sealer, tx.conn, approval)
+            except StateDeserializeError as exc:
+                unreadable = exc
+                await self._end(tx, approval, ApprovalStatus.INVALIDATED, ApprovalReason.STATE_DESERIALIZE_FAILURE)
+            else:
+                return await self._decided(tx, call, opened, key)
+        # Committed: the approval says why; the turn fails with the same error, and no call runs.
+        assert unreadable is not None
+        raise unreadable
 
     async def vouches_for_rerun(self, call: CallInFlight) -> bool:
         async with self._journal.db.read() as conn:
@@ -201,6 +227,14 @@ class ApprovalGate(GatePolicy):
         if self._key is None:
             self._key = await run_sync(ApprovalKey.of, self._settings)
         return self._key
+
+
+def _continues(approval: ApprovalRecord) -> bool:
+    """Whether the gate goes on from `approval`'s state: it is pending (its request is shown
+    again) or approved and not started (its checks read the run state)."""
+    if approval.status == ApprovalStatus.PENDING:
+        return True
+    return approval.status == ApprovalStatus.APPROVED and not approval.is_started
 
 
 def _view(approval: ApprovalRecord) -> ApprovalView:

@@ -10,16 +10,19 @@ or a crash and retry yields at most one execution, and an outcome nobody can kno
 from cairn.engine.ledger.keys import operation_of
 from cairn.engine.ledger.render import render_entry
 from cairn.engine.ledger.resolve import RESOLVER_ROLES, resolve_effect
+from cairn.engine.ledger.results import TOOL_RESULT_KIND, shown_result
 from cairn.engine.ledger.stage import UNCERTAIN_EFFECT, LedgerReserve, uncertain_effect
 from cairn.engine.ledger.sweep import sweep_ledger
 
 __all__ = [
     "RESOLVER_ROLES",
+    "TOOL_RESULT_KIND",
     "UNCERTAIN_EFFECT",
     "LedgerReserve",
     "operation_of",
     "render_entry",
     "resolve_effect",
+    "shown_result",
     "sweep_ledger",
     "uncertain_effect",
 ]

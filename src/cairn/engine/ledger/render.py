@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from cairn.store.ledger import LedgerEntry
@@ -9,8 +10,9 @@ from cairn.store.ledger import LedgerEntry
 __all__ = ["render_entry"]
 
 
-def render_entry(entry: LedgerEntry) -> dict[str, Any]:
-    """Everything a person resolving an effect needs; the holder's token is internal."""
+def render_entry(entry: LedgerEntry, result: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Everything a person resolving an effect needs, with its result as opened for showing
+    (`cairn.engine.ledger.results.shown_result`); the holder's token is internal."""
     return {
         "id": entry.operation_key,
         "object": "ledger_entry",
@@ -24,7 +26,7 @@ def render_entry(entry: LedgerEntry) -> dict[str, Any]:
         "arguments_digest": entry.arguments_digest,
         "attempts": entry.attempts,
         "reuses": entry.reuses,
-        "result": entry.result,
+        "result": result,
         "error": entry.error,
         "reason": entry.reason,
         "resolved_by": entry.resolved_by,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from cairn.blobs import BlobStore
+from cairn.durable.sealing import Sealer
 from cairn.engine.journal import Journal
 from cairn.engine.ledger.results import store_output
 from cairn.engine.loop.waiting import release_hold
@@ -33,7 +34,7 @@ def _not_found(operation_key: str) -> NotFoundError:
 
 
 async def resolve_effect(
-    journal: Journal, blobs: BlobStore, resolver: Decider, operation_key: str, *, output: str | None = None,
+    journal: Journal, blobs: BlobStore, sealer: Sealer, resolver: Decider, operation_key: str, *, output: str | None = None,
     error: str | None = None, inline_bytes: int,
 ) -> LedgerEntry:
     """Settle the uncertain entry `operation_key` as succeeded with `output`, or failed with
@@ -55,7 +56,9 @@ async def resolve_effect(
             raise _not_found(operation_key)
         if entry.status != LedgerStatus.UNCERTAIN:
             raise ConflictError(f"ledger entry {operation_key} is {entry.status}, not uncertain", code="ledger_entry_not_uncertain")
-        result, blob = (None, None) if output is None else await store_output(tx.conn, blobs, output, inline_bytes=inline_bytes)
+        result, blob = (None, None)
+        if output is not None:
+            result, blob = await store_output(tx.conn, blobs, sealer, entry, output, inline_bytes=inline_bytes)
         resolved = await resolve_entry(tx.conn, entry, by=resolver.key_id, result=result, result_blob=blob, error=error)
         await release_hold(tx, entry.turn_id, entry.call_id, resume_now=True)
     log.info("ledger %s: resolved as %s by key %s (role %s)", operation_key, resolved.status, resolver.key_id, resolver.role)

@@ -22,6 +22,7 @@ from typing import Any
 
 from cairn.blobs import BlobStore
 from cairn.config import Settings
+from cairn.durable.sealing import Sealer
 from cairn.engine.journal import Transaction
 from cairn.engine.ledger.results import store_output
 from cairn.engine.tools.base import ToolResult
@@ -61,11 +62,12 @@ class LedgerSettlement(Settlement):
     """The entry of a call this job claim runs (status `executing`, held by `token`)."""
 
     def __init__(
-        self, db: Database, blobs: BlobStore, settings: Settings, entry: LedgerEntry, *, token: int, max_attempts: int,
-        probed: bool = False,
+        self, db: Database, blobs: BlobStore, sealer: Sealer, settings: Settings, entry: LedgerEntry, *, token: int,
+        max_attempts: int, probed: bool = False,
     ) -> None:
         self._db = db
         self._blobs = blobs
+        self._sealer = sealer
         self._settings = settings
         self.entry = entry
         self._token = token
@@ -97,7 +99,8 @@ class LedgerSettlement(Settlement):
         entry = self.entry
         if result.error is None:
             stored, blob = await store_output(
-                tx.conn, self._blobs, result.output or "", inline_bytes=self._settings.ledger_result_inline_bytes
+                tx.conn, self._blobs, self._sealer, entry, result.output or "",
+                inline_bytes=self._settings.ledger_result_inline_bytes,
             )
             self.entry = await settle_entry(tx.conn, entry, LedgerStatus.SUCCEEDED, token=self._token, result=stored, result_blob=blob)
             return

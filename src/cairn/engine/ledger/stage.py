@@ -29,6 +29,7 @@ from typing import ClassVar
 
 from cairn.blobs import BlobStore
 from cairn.config import Settings
+from cairn.durable.sealing import Sealer
 from cairn.engine.ledger.keys import operation_of
 from cairn.engine.ledger.results import load_output
 from cairn.engine.ledger.settlement import LedgerSettlement, Reused
@@ -65,9 +66,10 @@ def _message(exc: Exception) -> str:
 class LedgerReserve(ReservePolicy):
     name: ClassVar[str] = "reserve"
 
-    def __init__(self, db: Database, blobs: BlobStore, settings: Settings) -> None:
+    def __init__(self, db: Database, blobs: BlobStore, sealer: Sealer, settings: Settings) -> None:
         self._db = db
         self._blobs = blobs
+        self._sealer = sealer
         self._settings = settings
 
     def covers(self, call: CallInFlight) -> bool:
@@ -99,7 +101,10 @@ class LedgerReserve(ReservePolicy):
             call.settlement = Reused(entry.operation_key)
             log.info("ledger %s: %s call %s reuses the stored result (the tool does not run)", entry.operation_key,
                      entry.tool_name, operation.call_id)
-            return Finish(ToolResult(output=await load_output(self._blobs, entry.result)))
+            # A stored result that does not open raises: the turn fails, nothing runs again.
+            async with self._db.read() as conn:
+                output = await load_output(conn, self._blobs, self._sealer, entry)
+            return Finish(ToolResult(output=output))
         if claim.kind is ClaimKind.FAILED:
             call.settlement = Reused(entry.operation_key)
             return Finish(ToolResult(error=entry.error or "it failed"))
@@ -122,7 +127,9 @@ class LedgerReserve(ReservePolicy):
         async with self._db.write() as conn:
             running = await start_execution(conn, entry, token=token)
         call.context = dataclasses.replace(call.context, operation_key=running.operation_key)
-        call.settlement = LedgerSettlement(self._db, self._blobs, self._settings, running, token=token, max_attempts=max_attempts)
+        call.settlement = LedgerSettlement(
+            self._db, self._blobs, self._sealer, self._settings, running, token=token, max_attempts=max_attempts
+        )
         return PROCEED
 
     def _refuse(self, operation: Operation, entry: LedgerEntry) -> Finish:
@@ -151,13 +158,15 @@ class LedgerReserve(ReservePolicy):
                 log.info("ledger %s: the probe of %s says it happened", entry.operation_key, tool.name)
                 call.context = context
                 call.settlement = LedgerSettlement(
-                    self._db, self._blobs, self._settings, entry, token=token, max_attempts=max_attempts, probed=True
+                    self._db, self._blobs, self._sealer, self._settings, entry, token=token, max_attempts=max_attempts, probed=True
                 )
                 return Finish(ToolResult(output=output))
         if answer is not None and answer.verdict is ProbeVerdict.DID_NOT_HAPPEN:
             log.info("ledger %s: the probe of %s says it did not happen; it runs again", entry.operation_key, tool.name)
             if entry.attempts >= max_attempts:
-                call.settlement = LedgerSettlement(self._db, self._blobs, self._settings, entry, token=token, max_attempts=max_attempts)
+                call.settlement = LedgerSettlement(
+                    self._db, self._blobs, self._sealer, self._settings, entry, token=token, max_attempts=max_attempts
+                )
                 return Finish(ToolResult(error=f"it did not take effect in {entry.attempts} attempts; not run again"))
             async with self._db.write() as conn:
                 reopened = await reopen_entry(conn, entry, token=token)

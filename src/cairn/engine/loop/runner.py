@@ -28,7 +28,7 @@ from cairn.engine.loop.step import Step
 from cairn.engine.loop.waiting import wait_for_holds
 from cairn.engine.runtime import Runtime
 from cairn.engine.vaults.workspace import redact_workspace
-from cairn.errors import CairnError, LeaseLostError, ModelError, RunStateRefusedError, StatusConflictError
+from cairn.errors import CairnError, LeaseLostError, ModelError, RunStateRefusedError, StateDeserializeError, StatusConflictError
 from cairn.states import TurnStatus
 from cairn.store.jobs import Job, complete_job, release_job
 from cairn.store.sessions import get_session
@@ -78,9 +78,13 @@ class TurnRunner:
                     await self._finish(start, recorder, TurnStatus.CANCELLED)
         except (LeaseLostError, StatusConflictError) as exc:
             log.warning("turn %s: another writer owns it now (%s)", recorder.turn.id, exc)
-        except (ModelError, RunStateRefusedError) as exc:
+        except (ModelError, RunStateRefusedError, StateDeserializeError) as exc:
+            # The model's failure, a pause refused, or stored state that does not open (design
+            # invariant 6): the turn fails with its code, and nothing continues on that state.
             if isinstance(exc, RunStateRefusedError):
                 log.warning("turn %s cannot pause: %s", recorder.turn.id, exc.message)
+            elif isinstance(exc, StateDeserializeError):
+                log.warning("turn %s failed: %s", recorder.turn.id, exc.message)
             with anyio.CancelScope(shield=True):
                 await self._finish(start, recorder, TurnStatus.FAILED, error={"code": exc.code, "message": exc.message})
         except Exception as exc:

@@ -8,6 +8,7 @@ from typing import Any
 
 import cairn
 from cairn.engine.approvals import Decision, DecisionRequest, decide
+from cairn.engine.approvals.sealed import open_state
 from cairn.engine.loop.model_input import item_input
 from cairn.engine.tools.workspace import BUILTIN_TOOLS
 from cairn.models.base import FunctionCallOutputInput
@@ -58,16 +59,18 @@ async def key(engine: EngineHarness, role: str = "approver", tenant: str = "t1")
 
 
 async def approvals(engine: EngineHarness, session_id: str) -> list[ApprovalRecord]:
+    """The session's approvals, their sealed state opened."""
     async with engine.runtime.db.read() as conn:
         page = await list_approvals(conn, "t1", session_id=session_id, after=None, order="asc", limit=100)
-    return page.data
+        return [await open_state(engine.runtime.sealer, conn, a) for a in page.data]
 
 
 async def approval_of(engine: EngineHarness, turn_id: str, call_id: str) -> ApprovalRecord:
+    """The call's approval, its sealed state opened (as it is while the state is kept)."""
     async with engine.runtime.db.read() as conn:
         found = await get_call_approval(conn, turn_id, call_id)
-    assert found is not None, f"no approval for call {call_id}"
-    return found
+        assert found is not None, f"no approval for call {call_id}"
+        return found if found.state_deleted_at is not None else await open_state(engine.runtime.sealer, conn, found)
 
 
 async def approve(engine: EngineHarness, decider: Decider, approval: ApprovalRecord) -> ApprovalRecord:

@@ -3,12 +3,14 @@ once after, in a restarted process, and never when a check at execution time fai
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from cairn.engine.approvals import Decision, DecisionRequest, decide, expire_approvals
+from cairn.engine.approvals.sealed import seal_state
 from cairn.engine.sessions import SessionService
 from cairn.engine.tools import workspace as workspace_tools
 from cairn.errors import ConflictError, NotFoundError, PermissionDeniedError
@@ -69,7 +71,8 @@ async def test_invariant_2_a_held_call_has_no_side_effect_and_shows_an_mcp_appro
         }
     ]
     assert approval.status == "pending" and approval.approvers == ["admin", "approver"]
-    assert approval.run_state["call_id"] == approval.call_id and approval.run_state_version == 1
+    assert approval.run_state is not None and approval.run_state["call_id"] == approval.call_id
+    assert approval.run_state_version == 2
     assert len(approval.arguments_digest) == 64
     # A restarted process asked again holds the same call for the same approval.
     await open_gated(engine, release_agents())
@@ -181,8 +184,13 @@ async def test_invariant_4_a_check_at_execution_time_that_fails_runs_nothing(
     elif change == "digest":
         await _tamper(engine, approvals_table, approvals_table.c.id == approval.id, arguments_digest="f" * 64)
     elif change == "run_state":
-        await _tamper(engine, approvals_table, approvals_table.c.id == approval.id,
-                      run_state={**approval.run_state, "call_id": "call_other"})
+        # Only someone who holds the master key can seal another run state for the approval.
+        assert approval.run_state is not None
+        async with engine.runtime.db.write() as conn:
+            forged = dataclasses.replace(approval, run_state={**approval.run_state, "call_id": "call_other"})
+            sealed = await seal_state(engine.runtime.sealer, conn, forged)
+            await conn.execute(sa.update(approvals_table).where(approvals_table.c.id == approval.id)
+                               .values(sealed_state=sealed.sealed_state))
     elif change == "key_revoked":
         async with engine.runtime.db.write() as conn:
             assert await revoke_key(conn, approver.key_id)

@@ -5,12 +5,14 @@ the ledger's entries as stored."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
 
 import cairn
+from cairn.engine.ledger import shown_result
 from cairn.engine.tools.workspace import BUILTIN_TOOLS
 from cairn.operator import LoadedAgent, LoadedAgents, RuntimeDeps
 from cairn.store.ledger import LedgerEntry, list_entries
@@ -125,8 +127,11 @@ async def crash_worker(engine: EngineHarness, deployer: Deployer, where: str = "
 
 
 async def entries(engine: EngineHarness) -> list[LedgerEntry]:
-    async with engine.runtime.db.read() as conn:
-        return (await list_entries(conn, "t1", status=None, after=None, order="asc", limit=100)).data
+    """The tenant's entries, each result as the API shows it (a sealed one opened)."""
+    rt = engine.runtime
+    async with rt.db.read() as conn:
+        found = (await list_entries(conn, "t1", status=None, after=None, order="asc", limit=100)).data
+        return [dataclasses.replace(e, result=await shown_result(conn, rt.blobs, rt.sealer, e)) for e in found]
 
 
 async def entry(engine: EngineHarness) -> LedgerEntry:

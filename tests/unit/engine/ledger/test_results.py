@@ -28,10 +28,12 @@ async def test_a_large_result_is_a_blob_the_entry_references_and_a_reuse_reads_b
     await open_ledger(engine, deployer)
     await engine.run_job()  # uncertain: a person resolves it with the large result
     found = await entry(engine)
-    resolved = await resolve_effect(engine.runtime.journal, engine.runtime.blobs, Decider("key_ops", "t1", "admin"),
-                                    found.operation_key, output="by hand:" + BIG, inline_bytes=1024)
-    assert resolved.result is not None and set(resolved.result) == {"blob", "size"} and resolved.result_blob == resolved.result["blob"]
-    assert resolved.result["size"] == len("by hand:" + BIG)
+    resolved = await resolve_effect(engine.runtime.journal, engine.runtime.blobs, engine.runtime.sealer,
+                                    Decider("key_ops", "t1", "admin"), found.operation_key, output="by hand:" + BIG, inline_bytes=1024)
+    assert resolved.result is not None and resolved.result_blob == resolved.result["blob"] and resolved.result["sealed"] is True
+    # The blob holds the sealed result: its name and content say nothing of it.
+    stored = b"".join(engine.runtime.blobs.iter_chunks(resolved.result_blob))
+    assert resolved.result["size"] == len(stored) and b"by hand" not in stored and BIG.encode()[:64] not in stored
 
     report = await collect_blob_garbage(engine.runtime.db, engine.runtime.blobs, grace_s=0)
     assert report.blobs_deleted == 0  # referenced by the entry
