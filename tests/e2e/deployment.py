@@ -97,7 +97,7 @@ class Deployment:
 
     def cli(self, *args: str, check: bool = True) -> str:
         argv = [sys.executable, "-m", "cairn.cli", *args, "--data-dir", str(self.api.data_dir)]
-        if args[0] == "keys" and self.database_url is not None:
+        if args[0] in ("keys", "secrets") and self.database_url is not None:
             argv += ["--database-url", self.database_url]
         if args[0] in ("approvals", "ledger"):
             argv += ["--base-url", self.api.base_url, "--api-key", self.key("approver")]
