@@ -92,6 +92,10 @@ class ApprovalRecord:
         return self.started_at is not None
 
 
+# The state's JSON columns, kept in clear only in rows of run state version 1.
+_CLEAR_JSON = ("review", "run_state")
+
+
 def _record(row: sa.Row[Any]) -> ApprovalRecord:
     values = row._asdict()
     values["status"] = ApprovalStatus(values["status"])
@@ -118,7 +122,9 @@ async def insert_approval(conn: Connection, record: ApprovalRecord, *, ttl_s: fl
     now = await database_time(conn)
     values = {f: getattr(record, f) for f in ApprovalRecord.__slots__}
     values.update(created_at=now, expires_at=now + ttl_s)
-    await conn.execute(sa.insert(approvals).values(**values))
+    # A sealed row's clear JSON columns are SQL NULL, not JSON null.
+    stored = {**values, **{f: sa.null() for f in _CLEAR_JSON if values[f] is None}}
+    await conn.execute(sa.insert(approvals).values(**stored))
     return ApprovalRecord(**values)
 
 
@@ -259,7 +265,7 @@ async def clear_states(conn: Connection, approval_ids: Sequence[str]) -> list[st
     stmt = (
         sa.update(approvals)
         .where(approvals.c.id.in_(list(approval_ids)), kept)
-        .values(sealed_state=None, review=None, summary=None, run_state=None, state_deleted_at=_clock(conn))
+        .values(sealed_state=None, review=sa.null(), summary=None, run_state=sa.null(), state_deleted_at=_clock(conn))
         .returning(approvals.c.id)
     )
     return [str(i) for i in (await conn.execute(stmt)).scalars().all()]

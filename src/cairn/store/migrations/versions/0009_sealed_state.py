@@ -40,7 +40,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     # Sealed rows have no clear state to go back to: they get empty ones, which the older
     # Cairn shows and never continues (their run state version, 2, is not its own).
-    op.execute("UPDATE approvals SET review = '{}', summary = '', run_state = '{}' WHERE run_state IS NULL")
+    op.execute("UPDATE approvals SET review = '{}', summary = '', run_state = '{}' WHERE summary IS NULL")
     with op.batch_alter_table("approvals", schema=None) as batch_op:
         for name, type_ in _CLEAR:
             batch_op.alter_column(name, existing_type=type_, nullable=False)
