@@ -77,6 +77,10 @@ class Prepared:
         returns the number of rows changed."""
         return (await self._run(conn, parameters)).rowcount
 
+    async def rows(self, conn: Connection, parameters: Mapping[str, Any]) -> Sequence[Sequence[Any]]:
+        """Run once and return the rows, as the driver gives them (not type-processed)."""
+        return (await self._run(conn, parameters)).rows
+
     async def scalar(self, conn: Connection, parameters: Mapping[str, Any]) -> Any:
         """Run once and return the single value of the single row it returns."""
         rows = (await self._run(conn, parameters)).rows
