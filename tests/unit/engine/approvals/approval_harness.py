@@ -8,7 +8,7 @@ from typing import Any
 
 import cairn
 from cairn.engine.approvals import Decision, DecisionRequest, decide
-from cairn.engine.approvals.sealed import open_state
+from cairn.engine.approvals.sealed import open_state, state_view
 from cairn.engine.loop.model_input import item_input
 from cairn.engine.tools.workspace import BUILTIN_TOOLS
 from cairn.models.base import FunctionCallOutputInput
@@ -66,11 +66,11 @@ async def approvals(engine: EngineHarness, session_id: str) -> list[ApprovalReco
 
 
 async def approval_of(engine: EngineHarness, turn_id: str, call_id: str) -> ApprovalRecord:
-    """The call's approval, its sealed state opened (as it is while the state is kept)."""
+    """The call's approval, its sealed state opened (as stored when it is deleted or does not open)."""
     async with engine.runtime.db.read() as conn:
         found = await get_call_approval(conn, turn_id, call_id)
         assert found is not None, f"no approval for call {call_id}"
-        return found if found.state_deleted_at is not None else await open_state(engine.runtime.sealer, conn, found)
+        return (await state_view(engine.runtime.sealer, conn, found))[0]
 
 
 async def approve(engine: EngineHarness, decider: Decider, approval: ApprovalRecord) -> ApprovalRecord:

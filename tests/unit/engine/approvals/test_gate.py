@@ -321,3 +321,20 @@ async def test_a_tool_whose_calls_never_need_approval_runs_without_one(engine: E
     await engine.run_job()
     assert await approvals(engine, session_id) == []
     assert (await engine.session(session_id)).status == "idle"
+
+
+async def test_a_pending_state_that_no_longer_opens_fails_the_turn_when_it_is_asked_again(
+    engine: EngineHarness, executed: list[str]
+) -> None:
+    session_id, [decided, pending] = await _held(engine, "a.txt", "b.txt")
+    async with engine.runtime.db.write() as conn:
+        blob = (await conn.execute(sa.select(approvals_table.c.sealed_state).where(approvals_table.c.id == pending.id))).scalar_one()
+        await conn.execute(sa.update(approvals_table).where(approvals_table.c.id == pending.id).values(sealed_state=blob[:-1]))
+    await approve(engine, await key(engine), decided)
+    await engine.run_job()  # the decided call runs; asking the pending one again finds its state altered
+    assert executed == ["a.txt"]
+    ended = await approval_of(engine, pending.turn_id, pending.call_id)
+    assert (ended.status, ended.reason) == ("invalidated", "state_deserialize_failure")
+    turn = await engine.turn(pending.turn_id)
+    assert turn.status == "failed" and turn.error is not None and turn.error["code"] == "state_deserialize_failure"
+    assert f"approval {pending.id}" in turn.error["message"] and (await engine.session(session_id)).status == "idle"
