@@ -159,7 +159,8 @@ _OUTCOMES = {
     "role_removed": ("invalidated", "approver_lost_rights"),
     "digest": ("invalidated", "digest_mismatch"),
     "arguments": ("invalidated", "digest_mismatch"),
-    "run_state": ("invalidated", "run_state_mismatch"),
+    # The run state is sealed: a clear one written beside it is an alteration, never read.
+    "run_state": ("invalidated", "state_deserialize_failure"),
     "changed": ("invalidated", "migration_required"),
     "removed": ("invalidated", "migration_required"),
 }

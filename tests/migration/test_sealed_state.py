@@ -1,4 +1,4 @@
-"""Revision 0009: an approval stored before sealing keeps its clear state, is shown as `clear`,
+"""Revision 0010: an approval stored before sealing keeps its clear state, is shown as `clear`,
 and is never continued (run state version 1); a downgrade gives sealed rows an empty clear
 state the older Cairn shows and never continues."""
 
@@ -36,7 +36,7 @@ def _legacy_row(approval_id: str) -> dict[str, Any]:
 
 
 async def test_a_row_from_before_sealing_is_shown_in_clear_and_never_continued(db: Database, tmp_path: Path) -> None:
-    await downgrade(db, "0008")
+    await downgrade(db, "0009")
     meta = sa.MetaData()
     async with db.read() as conn:
         await conn.run_sync(lambda sync: meta.reflect(sync, only=["approvals"]))
@@ -57,7 +57,7 @@ async def test_a_downgrade_leaves_sealed_rows_an_empty_state_the_older_cairn_nev
     async with db.write() as conn:
         stored = await insert_approval(conn, await seal_state(sealer, conn, record), ttl_s=60)
         assert (await open_state(sealer, conn, stored)).review == {"release": "r-1"}
-    await downgrade(db, "0008")
+    await downgrade(db, "0009")
     async with db.read() as conn:
         row = (await conn.execute(sa.text("SELECT review, summary, run_state, run_state_version FROM approvals"))).one()
     assert (row.summary, row.run_state_version) == ("", RUN_STATE_VERSION)

@@ -16,13 +16,14 @@ import sqlalchemy as sa
 
 from cairn.store.db import Connection
 from cairn.store.prepared import Prepared
-from cairn.store.tables import data_keys
+from cairn.store.tables import data_keys, turns
 
 __all__ = [
     "DataKeyRecord",
     "count_by_version",
     "delete_data_keys",
     "delete_record_keys",
+    "delete_session_turn_keys",
     "first_key_at",
     "get_data_key",
     "insert_data_key",
@@ -79,6 +80,12 @@ async def delete_record_keys(conn: Connection, kind: str, record_ids: Sequence[s
         return 0
     stmt = sa.delete(data_keys).where(data_keys.c.kind == kind, data_keys.c.record_id.in_(list(record_ids)))
     return int((await conn.execute(stmt)).rowcount)
+
+
+async def delete_session_turn_keys(conn: Connection, kind: str, session_id: str) -> int:
+    """Delete the data keys of `kind` whose record is one of the session's turns."""
+    of_session = sa.select(turns.c.id).where(turns.c.session_id == session_id)
+    return int((await conn.execute(sa.delete(data_keys).where(data_keys.c.kind == kind, data_keys.c.record_id.in_(of_session)))).rowcount)
 
 
 async def keys_not_at(conn: Connection, version: int, *, after: str | None, limit: int) -> list[DataKeyRecord]:

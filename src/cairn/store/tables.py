@@ -224,7 +224,7 @@ approvals = sa.Table(
     sa.Column("call_id", sa.String(128), nullable=False),
     sa.Column("tool_name", sa.String(128), nullable=False),
     # What the approver is shown: the tool's redacted snapshot of the arguments, and one line.
-    # In clear only in rows of run state version 1 (before sealing, migration 0009); since
+    # In clear only in rows of run state version 1 (before sealing, migration 0010); since
     # then NULL, and kept in `sealed_state` with the run state.
     sa.Column("review", sa.JSON, nullable=True),
     sa.Column("summary", sa.Text, nullable=True),
@@ -283,7 +283,7 @@ ledger_entries = sa.Table(
     # failed_retryable: not claimed again before this time (database clock).
     sa.Column("retry_after", sa.Float, nullable=True),
     # The stored result, sealed for the entry: {"sealed": base64} or {"blob": sha256, "size": n,
-    # "sealed": true} for a large one (the blob holds the sealed bytes). Before migration 0009:
+    # "sealed": true} for a large one (the blob holds the sealed bytes). Before migration 0010:
     # {"output": ...} or {"blob": sha256, "size": n} in clear.
     sa.Column("result", sa.JSON, nullable=True),
     # The blob a large result is stored in (indexed: the blob garbage collector asks for it).

@@ -13,7 +13,7 @@ before it, or sees the reference.
 
 A result that does not open (altered, truncated, moved to another entry or tenant, its data
 key shredded, another master key) raises `StateDeserializeError`: the call is not finished
-with it and the turn fails. Results stored before sealing (migration 0009: `{"output": …}`,
+with it and the turn fails. Results stored before sealing (migration 0010: `{"output": …}`,
 or a blob without `sealed`) are read in clear: reusing one never runs anything, and the
 retention sweep deletes them (docs/security.md, "Rows from before sealing").
 """

@@ -68,10 +68,7 @@ async def test_a_stored_result_that_does_not_open_fails_the_turn_and_nothing_run
     await open_ledger(engine, deployer)
     engine.script([call("deploy_unprobed", release="r-1"), {"say": "shipped"}])
     session_id = await engine.create_session(agent_id="release-agent")
-    crash = anyio.CancelScope()
-    deployer.crash_after_effect = crash.cancel
-    with crash:
-        await engine.run_job(lease_s=-1)
+    await crash_worker(engine, deployer)
     await open_ledger(engine, deployer)
     await engine.run_job()  # uncertain: a person resolves it, and the turn reuses that result
     found = await entry(engine)

@@ -1,7 +1,7 @@
 """approvals keep their review, summary and run state sealed
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-13 10:00:00
 
 An approval's review snapshot, summary and run state move into `sealed_state`, encrypted for
@@ -21,8 +21,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009"
-down_revision = "0008"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
