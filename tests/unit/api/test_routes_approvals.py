@@ -40,6 +40,9 @@ async def test_list_and_retrieve_show_what_was_asked_and_never_the_run_state(api
     assert shown["object"] == "approval" and shown["status"] == "pending" and shown["review"] == {"path": held[0].review["path"]}
     assert shown["arguments_digest"] == held[0].arguments_digest and shown["agent_version"] == "release-agent/v1"
     assert "run_state" not in shown and shown["decided_by"] is None and shown["expires_at"] > shown["created_at"] - 1
+    # Stored sealed, opened for showing (docs/security.md).
+    assert shown["state"] == "sealed" and shown["summary"] == "write_file(path='a.txt')"
+    assert all(a["state"] == "sealed" and a["review"] is not None for a in listed["data"] + rest["data"])
     for bad in ({"status": "maybe"}, {"colour": "red"}, {"limit": "0"}):
         response = await api.call("GET", "/approvals", params=bad)
         assert response.status_code == 400 and response.json()["error"]["param"]
