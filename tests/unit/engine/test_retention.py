@@ -27,7 +27,7 @@ from tests.unit.engine.approvals.approval_harness import (
     write,
 )
 from tests.unit.engine.harness import EngineHarness
-from tests.unit.engine.ledger.ledger_harness import Deployer, call, entry, open_ledger
+from tests.unit.engine.ledger.ledger_harness import Deployer, call, entry, open_ledger, start_deploy
 
 pytestmark = pytest.mark.anyio
 
@@ -98,8 +98,7 @@ async def test_a_pending_state_expires_by_its_time_to_live_at_most(engine: Engin
 async def test_deleting_a_session_deletes_its_approval_states_and_ledger_results_with_their_keys(engine: EngineHarness) -> None:
     deployer = Deployer()
     await open_ledger(engine, deployer)
-    engine.script([call("deploy_release", release="r-1"), {"say": "shipped"}])
-    shipped = await engine.create_session(agent_id="release-agent")
+    shipped = await start_deploy(engine, "deploy_release")
     await engine.run_job()
     result = await entry(engine)
     assert result.result == {"output": "deployed:r-1"} and await _keys(engine, "tool_result") == [result.operation_key]

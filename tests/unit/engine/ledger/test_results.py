@@ -66,8 +66,7 @@ async def test_a_stored_result_that_does_not_open_fails_the_turn_and_nothing_run
     engine.settings = dataclasses.replace(engine.settings, ledger_result_inline_bytes=1024 if where == "blob" else 64 * 1024)
     deployer = Deployer()
     await open_ledger(engine, deployer)
-    engine.script([call("deploy_unprobed", release="r-1"), {"say": "shipped"}])
-    session_id = await engine.create_session(agent_id="release-agent")
+    session_id = await start_deploy(engine, "deploy_unprobed")
     await crash_worker(engine, deployer)
     await open_ledger(engine, deployer)
     await engine.run_job()  # uncertain: a person resolves it, and the turn reuses that result
