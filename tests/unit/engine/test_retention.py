@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from cairn.durable.crypto import SealScope
 from cairn.engine.approvals import Decision, DecisionRequest, decide, expire_approvals, show_approval
 from cairn.engine.retention import sweep_sealed_state
 from cairn.engine.sessions import SessionService
@@ -37,6 +38,12 @@ _LONG = 3600.0
 async def _keys(engine: EngineHarness, kind: str) -> list[str]:
     async with engine.runtime.db.read() as conn:
         return [str(r) for r in (await conn.execute(sa.select(data_keys.c.record_id).where(data_keys.c.kind == kind))).scalars()]
+
+
+async def _context_key(engine: EngineHarness, turn_id: str) -> None:
+    """A data key for a turn's persisted context, as `cairn.engine.loop.run_context` stores one."""
+    async with engine.runtime.db.write() as conn:
+        await engine.runtime.sealer.seal(conn, b"{}", SealScope("t1", "run_context", turn_id))
 
 
 async def _sweep(engine: EngineHarness, **ttls: float) -> tuple[int, int]:
@@ -109,6 +116,7 @@ async def test_deleting_a_session_deletes_its_approval_states_and_ledger_results
     await engine.run_job()
     [held] = await approvals(engine, held_session)
     kept_keys = await _keys(engine, "approval")
+    await _context_key(engine, held.turn_id)  # as a turn that keeps a persisted context has
 
     service = SessionService(engine.runtime)
     await service.delete("t1", shipped)
@@ -121,7 +129,7 @@ async def test_deleting_a_session_deletes_its_approval_states_and_ledger_results
     await service.delete("t1", held_session)
     shown = await _shown(engine, held.id)
     assert (shown["status"], shown["reason"], shown["state"]) == ("revoked", "session_deleted", "deleted")
-    assert await _keys(engine, "approval") == []
+    assert await _keys(engine, "approval") == [] and await _keys(engine, "run_context") == []
 
 
 async def test_the_sweep_deletes_data_keys_whose_record_is_gone_and_nothing_else(engine: EngineHarness) -> None:
@@ -141,7 +149,9 @@ async def test_the_sweep_deletes_data_keys_whose_record_is_gone_and_nothing_else
     # What a crash or a hand-made deletion could leave: records gone, their keys not.
     async with engine.runtime.db.write() as conn:
         await conn.execute(sa.delete(ledger_entries).where(ledger_entries.c.operation_key == results[0]))
-    assert await _sweep(engine) == (0, 1)
+    await _context_key(engine, "turn_gone")
+    await _context_key(engine, held.turn_id)  # its turn is there, but keeps no context
+    assert await _sweep(engine) == (0, 3)
     assert await _keys(engine, "tool_result") == [results[1]] and await _keys(engine, "approval") == [held.id]
     assert (await _shown(engine, held.id))["state"] == "sealed"
     assert await _sweep(engine) == (0, 0)
