@@ -9,7 +9,8 @@ PostgreSQL:
 - `ledger`: what Cairn's reserve stage does around it: the claim (`claim_operation`, its own
   write transaction: INSERT … ON CONFLICT DO NOTHING), the move to executing
   (`start_execution`, committed before the tool starts), the tool, and the record
-  transaction with the entry settled in it (`settle_entry`: succeeded, with its result);
+  transaction with the entry settled in it (`settle_entry`: succeeded, with its result
+  sealed for the entry as the engine stores it, `store_output`: a data key row and AES-GCM);
   every step fenced by a real job claim's lease token, as in a worker;
 - `dedup`: the seed's plain dedup table: `BEGIN IMMEDIATE` (a write transaction) + INSERT of
   the key, committed, then the tool and the record transaction; no states, no lease, no
@@ -34,11 +35,17 @@ import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import sqlalchemy as sa
 
+from cairn.blobs import BlobStore
+from cairn.config import Settings
+from cairn.durable.keyring import LocalKeyring
+from cairn.durable.sealing import Sealer
+from cairn.engine.ledger.results import store_output
 from cairn.states import LedgerStatus
 from cairn.store.db import Connection, Database
 from cairn.store.jobs import Job, claim_job, enqueue_job
@@ -61,39 +68,52 @@ async def _record(conn: Connection, key: str, output: str) -> None:
     await conn.execute(sa.insert(_results).values(id=key, output=output))
 
 
-async def bare(db: Database, job: Job, key: str) -> None:
+@dataclass(frozen=True, slots=True)
+class _Bench:
+    """What every way runs against: the database, a real job claim, where results are kept."""
+
+    db: Database
+    job: Job
+    sealer: Sealer
+    blobs: BlobStore
+
+
+async def bare(bench: _Bench, key: str) -> None:
     output = await _tool(key)
-    async with db.write() as conn:
+    async with bench.db.write() as conn:
         await _record(conn, key, output)
 
 
-async def ledger(db: Database, job: Job, key: str) -> None:
+async def ledger(bench: _Bench, key: str) -> None:
+    db, token = bench.db, bench.job.lease_token
     operation = Operation(operation_key=key, tenant="bench", session_id="sess_bench", turn_id="turn_bench", call_id=key,
                           approval_id=None, tool_name="deploy", arguments_digest="d" * 64)
     async with db.write() as conn:
-        claim = await claim_operation(conn, operation, token=job.lease_token, now=db.now(), max_attempts=3)
+        claim = await claim_operation(conn, operation, token=token, now=db.now(), max_attempts=3)
     async with db.write() as conn:
-        running = await start_execution(conn, claim.entry, token=job.lease_token)
+        running = await start_execution(conn, claim.entry, token=token)
     output = await _tool(key)
     async with db.write() as conn:
-        await settle_entry(conn, running, LedgerStatus.SUCCEEDED, token=job.lease_token, result={"output": output})
+        stored, blob = await store_output(conn, bench.blobs, bench.sealer, running, output, inline_bytes=64 * 1024)
+        await settle_entry(conn, running, LedgerStatus.SUCCEEDED, token=token, result=stored, result_blob=blob)
         await _record(conn, key, output)
 
 
-async def dedup(db: Database, job: Job, key: str) -> None:
-    async with db.write() as conn:
+async def dedup(bench: _Bench, key: str) -> None:
+    async with bench.db.write() as conn:
         await conn.execute(sa.insert(_dedup).values(key=key))
     output = await _tool(key)
-    async with db.write() as conn:
+    async with bench.db.write() as conn:
         await _record(conn, key, output)
 
 
-_WAYS: dict[str, Callable[[Database, Job, str], Awaitable[None]]] = {"bare": bare, "ledger": ledger, "dedup": dedup}
+_WAYS: dict[str, Callable[[_Bench, str], Awaitable[None]]] = {"bare": bare, "ledger": ledger, "dedup": dedup}
 
 
-async def measure(url: str, calls: int) -> dict[str, list[float]]:
+async def measure(url: str, root: Path, calls: int) -> dict[str, list[float]]:
     """Milliseconds per call for each way, interleaved so that load drifts hit them alike."""
     db = Database(url)
+    settings = Settings(data_dir=root)
     try:
         await upgrade(db)
         async with db.write() as conn:
@@ -102,12 +122,13 @@ async def measure(url: str, calls: int) -> dict[str, list[float]]:
             await enqueue_job(conn, kind="run_turn", session_id="sess_bench", turn_id="turn_bench")
         job = await claim_job(db, owner="bench", lease_s=3600)
         assert job is not None
+        bench = _Bench(db, job, Sealer(LocalKeyring.from_settings(settings)), BlobStore(settings.blobs_dir))
         times: dict[str, list[float]] = {name: [] for name in _WAYS}
         for index in range(calls + calls // 10):
             for name, way in _WAYS.items():
                 key = f"op_{name}_{index}_{secrets.token_hex(4)}"
                 begin = time.perf_counter()
-                await way(db, job, key)
+                await way(bench, key)
                 if index >= calls // 10:  # the first tenth warms up
                     times[name].append((time.perf_counter() - begin) * 1000)
         return times
@@ -139,16 +160,16 @@ def main() -> None:
     print(f"{args.calls} calls per way, on {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}\n")
     root = Path(tempfile.mkdtemp(prefix="cairn-bench-ledger-"))
     try:
-        report("SQLite", anyio.run(measure, f"sqlite:///{root / 'cairn.db'}", args.calls), 3)
+        report("SQLite", anyio.run(measure, f"sqlite:///{root / 'cairn.db'}", root, args.calls), 3)
+        if args.postgres:
+            server = ThrowawayPostgres()
+            server.start()
+            try:
+                report("PostgreSQL", anyio.run(measure, server.create_database("bench_ledger"), root, args.calls), 10)
+            finally:
+                server.stop()
     finally:
         shutil.rmtree(root)
-    if args.postgres:
-        server = ThrowawayPostgres()
-        server.start()
-        try:
-            report("PostgreSQL", anyio.run(measure, server.create_database("bench_ledger"), args.calls), 10)
-        finally:
-            server.stop()
 
 
 if __name__ == "__main__":
