@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cairn.errors import InvalidRequestError
+from cairn.sandbox.egress.settings import EgressSettings
 
 __all__ = ["Settings", "check_seconds"]
 
@@ -78,6 +79,8 @@ class Settings:
     openai_api: str = "responses"
     # The operator's agents: MODULE:ATTR of a `cairn.AgentRegistry` (`--agents`), or None.
     agents: str | None = None
+    # The sandbox egress proxy (CAIRN_EGRESS_*; docs/security.md, "Egress").
+    egress: EgressSettings = field(default_factory=EgressSettings)
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -154,6 +157,7 @@ class Settings:
                 ledger_result_inline_bytes=int(environ.get("CAIRN_LEDGER_RESULT_INLINE_BYTES", self.ledger_result_inline_bytes)),
                 ledger_retention_s=float(environ.get("CAIRN_LEDGER_RETENTION_S", self.ledger_retention_s)),
                 ledger_sweep_interval_s=float(environ.get("CAIRN_LEDGER_SWEEP_INTERVAL_S", self.ledger_sweep_interval_s)),
+                egress=EgressSettings.from_env(environ) if any(k.startswith("CAIRN_EGRESS_") for k in environ) else self.egress,
             )
         except ValueError as exc:
             raise InvalidRequestError(f"bad CAIRN_* setting: {exc}") from exc

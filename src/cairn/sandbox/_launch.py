@@ -88,6 +88,13 @@ class LaunchedBackend(SandboxBackend):
         await run_sync(hand_over_workspace, workspace, self._account)
 
     async def exec(self, request: ExecRequest, on_output: OutputSink) -> ExecResult:
+        if request.network and "isolation" in self.capabilities and "egress" not in self.capabilities:
+            # Fail closed: without the proxy, network would mean the host's own network.
+            raise SandboxError(
+                f"the {self.name} backend cannot give commands network access: that needs Cairn's egress "
+                "proxy, which runs with bwrap session containers (see `cairn doctor`)",
+                code="network_unavailable",
+            )
         async with (
             self._containment.command(request.limits, request.workspace) as contained,
             self._scratch() as scratch,

@@ -11,8 +11,10 @@ namespace in which the command is uid/gid 1000 with no capabilities and no neste
 namespaces, a new session (no TIOCSTI into a terminal), an environment built from the
 allowlist only. The filesystem is a read-only root with `/usr`, the `/bin`-style links and a
 few `/etc` files read-only, a generated `/etc/passwd`, a private tmpfs `/tmp`, and the
-workspace read-write at `/workspace`. Network is the container's own loopback only, unless
-the request asks for network, which then shares the host's (including its loopback).
+workspace read-write at `/workspace`. Network is the container's own namespace with
+loopback only; a container never shares the host's. A command with network needs the session
+form, whose containers reach the outside through Cairn's egress proxy (`egress/`); this
+form refuses one (`LaunchedBackend.exec`).
 
 When the server is root, bwrap itself is launched as the dedicated unprivileged host
 account (`_account.py`): run as root, bwrap keeps every capability inside and a read-only
@@ -134,7 +136,7 @@ class BwrapBackend(LaunchedBackend):
     ) -> tuple[list[str], dict[str, str], str]:
         env = command_env(home=SANDBOX_HOME, user=SANDBOX_USER, session_env=request.env)
         argv = [*self._fixed_argv, "--tmpfs", "/tmp",
-                *workspace_argv(request.workspace, network=request.network)]
+                *workspace_argv(request.workspace)]
         for name, value in env.items():
             argv += ["--setenv", name, value]
         argv += ["--", "/bin/sh", "-c", request.command]
@@ -164,11 +166,10 @@ def bwrap_usage(bwrap: str) -> bytes:
         return b""
 
 
-def workspace_argv(workspace: Path, *, network: bool) -> list[str]:
-    """The network, the workspace at /workspace, and the read-only root: the last part of
-    a container's filesystem, after its tmpfs mounts."""
+def workspace_argv(workspace: Path) -> list[str]:
+    """The workspace at /workspace and the read-only root: the last part of a container's
+    filesystem, after its tmpfs mounts and any files added to it."""
     return [
-        *(["--share-net"] if network else []),
         "--bind", str(workspace), WORKSPACE_MOUNT,
         # Last mount op: all but /workspace and the tmpfs mounts becomes read-only.
         "--remount-ro", "/", "--chdir", WORKSPACE_MOUNT,

@@ -29,6 +29,12 @@ What keeps a command from outliving itself or reaching beyond its session:
   bypassed, when it dies (`_session_containers.py`).
 `detect_bwrap` chooses this form where it works and says why not otherwise; the fallback
 is a container per command (`bwrap.py`), which needs neither cgroups nor Landlock.
+
+Network: a container always has its own network namespace with loopback only. A session
+with network gets a container of its own for it, whose one way out is Cairn's egress
+proxy (`egress/`): the proxy listens on 127.0.0.1:3128 inside the container's namespace
+for that session only, commands get the proxy variables and trust Cairn's CA (copied into
+the container's /etc when it starts), and a program that ignores the proxy reaches nothing.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import logging
 import os
 import select
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,6 +69,11 @@ from cairn.sandbox.bwrap import (
     locate_bwrap,
     workspace_argv,
 )
+from cairn.sandbox.egress.ca import EgressCA
+from cairn.sandbox.egress.netns import listen_in_namespace
+from cairn.sandbox.egress.proxy import EgressProxy
+from cairn.sandbox.egress.settings import EgressSettings
+from cairn.sandbox.egress.trust import CA_DIR, SYSTEM_BUNDLE, proxy_env, trust_files
 
 if TYPE_CHECKING:
     from cairn.sandbox._launcher.spec import LaunchSpec
@@ -87,6 +98,8 @@ class SessionBwrapBackend(BwrapBackend):
     """bwrap with one container per session workspace and network setting that every
     command joins; see the module docstring."""
 
+    capabilities = frozenset({*BwrapBackend.capabilities, "egress"})
+
     def __init__(
         self,
         *,
@@ -102,6 +115,8 @@ class SessionBwrapBackend(BwrapBackend):
             bwrap=bwrap, account=account, containment=containment, file_perms=file_perms
         )
         self._landlock_abi = landlock_abi
+        self._egress: EgressProxy | None = None
+        self._egress_sessions: dict[str, str] = {}  # workspace -> session with network
         self._tmpfs_argv = [
             "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
             "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
@@ -119,10 +134,26 @@ class SessionBwrapBackend(BwrapBackend):
             "a Landlock domain of its own and a fresh ipc and cgroup namespace"
         )
 
+    def use_egress(self, proxy: EgressProxy) -> None:
+        self._egress = proxy
+
+    @property
+    def egress(self) -> EgressProxy:
+        """The proxy sandboxes with network go through: the operator's (`use_egress`), or
+        one with default settings and a CA in memory, made on first use."""
+        if self._egress is None:
+            self._egress = EgressProxy(EgressSettings(), EgressCA.ephemeral())
+        return self._egress
+
     @property
     def isolation(self) -> Mapping[str, str]:
         return {
             **super().isolation,
+            "network": (
+                "own network namespace per container, loopback only; a session with network reaches "
+                "the outside only through Cairn's egress proxy (a program ignoring it reaches nothing)"
+            ),
+            "egress": self.egress.description,
             "filesystem": (
                 "only the workspace (read-write at /workspace), /tmp and /dev/shm are "
                 f"writable; {self._tmp_note}; /usr and selected /etc files (copied when the "
@@ -138,19 +169,30 @@ class SessionBwrapBackend(BwrapBackend):
 
     async def release_workspace(self, workspace: Path) -> None:
         self._containers.release(str(workspace))
+        session_id = self._egress_sessions.pop(str(workspace), None)
+        if session_id is not None:
+            self.egress.forget(session_id)
 
     @asynccontextmanager
     async def _container(
         self, request: ExecRequest, identity: WorkspaceIdentity
     ) -> AsyncIterator[int | None]:
         key = ContainerKey(workspace=str(request.workspace), network=request.network)
+        if request.egress is not None:
+            # The proxy learns the session's current policy and credentials before any
+            # command of it can connect.
+            self.egress.admit(request.egress)
+            self._egress_sessions[key.workspace] = request.egress.session_id
+            key = ContainerKey(key.workspace, network=True, session_id=request.egress.session_id)
         async with self._containers.lease(key, identity) as init_pidfd:
             yield init_pidfd
 
     def _command(
         self, request: ExecRequest, scratch: Path | None
     ) -> tuple[list[str], dict[str, str], str]:
-        env = command_env(home=SANDBOX_HOME, user=SANDBOX_USER, session_env=request.env)
+        env = command_env(
+            home=SANDBOX_HOME, user=SANDBOX_USER, session_env={**(proxy_env() if request.network else {}), **request.env}
+        )
         return ["/bin/sh", "-c", request.command], env, WORKSPACE_MOUNT
 
     def _files(self) -> list[tuple[int, str | bytes]]:
@@ -171,10 +213,11 @@ class SessionBwrapBackend(BwrapBackend):
         the init run; the init's first output says the setup is done. Raises `SandboxError`
         with bwrap's own words when it fails.
         """
+        trust_argv, trust = self._trust_argv() if key.network else ([], [])
         spec: LaunchSpec = {
             "argv": [
-                *self._fixed_argv, *self._tmpfs_argv,
-                *workspace_argv(Path(key.workspace), network=key.network),
+                *self._fixed_argv, *self._tmpfs_argv, *trust_argv,
+                *workspace_argv(Path(key.workspace)),
                 "--info-fd", str(PASSED_FD), "--", "/bin/sh", "-c", _INIT,
             ],
             # The environment bwrap's own processes keep (the init's is cleared).
@@ -186,7 +229,7 @@ class SessionBwrapBackend(BwrapBackend):
             "user": None if self._account is None else (self._account.uid, self._account.gid),
             "network": key.network,
             "seccomp": False,
-            "files": self._etc_files,
+            "files": [*self._etc_files, *trust],
             "rootfs": None,
             "landlock": None,
             "join": None,
@@ -209,6 +252,7 @@ class SessionBwrapBackend(BwrapBackend):
                     if monitor.has_exited():  # its pid may be anyone's now: so may the init's
                         raise SandboxError("the session container ended as it started")
                     _hide_foreign_processes(init_pid, init_pidfd)
+                    close_door = self._open_egress(key, init_pidfd)
                 except BaseException:
                     os.close(init_pidfd)
                     raise
@@ -218,7 +262,28 @@ class SessionBwrapBackend(BwrapBackend):
                 raise
         finally:
             os.close(info_read)
-        return SessionContainer(monitor, init_pidfd, identity)
+        return SessionContainer(monitor, init_pidfd, identity, on_close=close_door)
+
+    def _trust_argv(self) -> tuple[list[str], list[tuple[int, str | bytes]]]:
+        """The bwrap options and files that make a container trust Cairn's CA (blocking)."""
+        files, system_bundle = trust_files(self.egress.ca)
+        number = max((fd for fd, _ in self._etc_files), default=9) + 1
+        argv = ["--dir", CA_DIR]
+        handed: list[tuple[int, str | bytes]] = []
+        for path, content in files.items():
+            argv += ["--perms", "0444", "--file", str(number + len(handed)), path]
+            handed.append((number + len(handed), content))
+        if system_bundle is not None:
+            argv += ["--ro-bind-data", str(number + len(handed)), SYSTEM_BUNDLE]
+            handed.append((number + len(handed), system_bundle))
+        return argv, handed
+
+    def _open_egress(self, key: ContainerKey, init_pidfd: int) -> Callable[[], None] | None:
+        """For a container with network: the proxy's listener in its namespace, served as
+        `key.session_id`'s; returns what closes it (blocking)."""
+        if not key.network:
+            return None
+        return self.egress.serve(listen_in_namespace(init_pidfd), key.session_id)
 
     def _probe_session(self) -> None:
         """Start a container and run `true` in it as every command runs; raise

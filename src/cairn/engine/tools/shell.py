@@ -17,6 +17,8 @@ from cairn.engine.tools.workspace import ShellArguments, parse_shell_arguments, 
 from cairn.errors import CairnError
 from cairn.models.base import ToolCall
 from cairn.sandbox.base import WORKSPACE_MOUNT, ExecRequest, SandboxBackend
+from cairn.sandbox.egress import NetworkPolicy, SessionEgress
+from cairn.store.sessions import SessionRecord
 
 __all__ = ["MAX_ITEM_OUTPUT", "ShellTool"]
 
@@ -72,7 +74,7 @@ class ShellTool(Tool):
             workspace=self._workspace_of(session.id),
             timeout_s=timeout_s,
             env=session.env,
-            network=(session.environment.get("network") or {}).get("access") == "enabled",
+            egress=session_egress(session),
         )
         try:
             result = await self._sandbox.exec(request, on_output)
@@ -88,3 +90,12 @@ class ShellTool(Tool):
             output += f"\n[timed out after {timeout_s:g} s]"
         return CommandResult(output=output, exit_code=result.exit_code, duration_ms=int(result.duration_s * 1000))
 
+
+def session_egress(session: SessionRecord) -> SessionEgress | None:
+    """The session's network as the sandbox's egress proxy applies it; None without network.
+
+    The session's `environment_variable` credentials join it once the worker loads them
+    per execution (the secrets runtime's `WireSecret`s); until then none are substituted.
+    """
+    policy = NetworkPolicy.from_environment(session.environment.get("network"))
+    return None if policy is None else SessionEgress(session.id, policy)

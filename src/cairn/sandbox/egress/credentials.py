@@ -1,0 +1,51 @@
+"""A session's `environment_variable` credentials as the egress proxy uses them.
+
+Sandbox code sees a placeholder in the credential's variable; the proxy puts the secret in
+its place on the wire, only in HTTPS requests to a host the credential is allowed for
+(`WireSecret.allowed_hosts`, or for an unrestricted credential the session's restricted
+`allowed_domains`). `WireSecret` mirrors the secrets runtime's (`cairn.engine.vaults.
+injection`, notes/secrets-egress-contract.md) field for field: the worker hands the
+proxy those of a session when it runs the session's commands, and the proxy keeps them in
+memory only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cairn.sandbox.egress.policy import NetworkPolicy, host_matches, normalize_host, parse_domain_patterns
+
+__all__ = ["SessionEgress", "WireSecret"]
+
+
+@dataclass(frozen=True, slots=True)
+class WireSecret:
+    """One environment_variable credential of a session, as the egress proxy needs it."""
+
+    credential_id: str
+    env_name: str  # the sandbox variable that holds the placeholder
+    placeholder: str  # what sandbox code sees; holds nothing of the secret
+    value: str = field(repr=False)  # the real secret, in memory only
+    allowed_hosts: tuple[str, ...] | None  # None: unrestricted (then the session's allowed_domains)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEgress:
+    """What the proxy knows of one session: its policy and its credentials."""
+
+    session_id: str
+    policy: NetworkPolicy
+    secrets: Sequence[WireSecret] = ()
+
+    def secrets_for(self, host: str) -> tuple[WireSecret, ...]:
+        """The credentials allowed for `host` (normalized): the ones substituted there."""
+        host = normalize_host(host)
+        return tuple(secret for secret in self.secrets if host_matches(host, self._hosts_of(secret)))
+
+    def _hosts_of(self, secret: WireSecret) -> tuple[str, ...]:
+        if secret.allowed_hosts is not None:
+            return parse_domain_patterns(secret.allowed_hosts, param="allowed_hosts")
+        if self.policy.access == "restricted":
+            return self.policy.allowed_domains
+        return ()
