@@ -15,7 +15,8 @@ a plain `http://` URL. The proxy
    it checked, so a name cannot be re-pointed (DNS rebinding) between check and use;
 2. refuses with `403` and a reason, and reports the refusal (`reports.py`, rate-limited)
    for the session's log;
-3. tunnels the bytes untouched, or, for HTTPS on 443 and 8443 to a host one of the
+3. tunnels the bytes untouched, or, for HTTPS on 443 and 8443 (the operator may name
+   other ports) to a host one of the
    session's credentials is allowed for, intercepts: it terminates TLS with a certificate
    from Cairn's CA (`ca.py`), re-encrypts to the real host with normal verification, and
    substitutes the credentials' placeholders in the requests (`_http.py`); placeholders
@@ -47,11 +48,10 @@ from cairn.sandbox.egress.reports import EgressEvent, EgressReports
 from cairn.sandbox.egress.settings import EgressSettings
 from cairn.sandbox.egress.substitution import Substituter
 
-__all__ = ["INTERCEPTED_PORTS", "EgressProxy"]
+__all__ = ["EgressProxy", "Refused"]
 
 logger = logging.getLogger(__name__)
 
-INTERCEPTED_PORTS = (443, 8443)
 _READ = 1024 * 1024
 _WRITE_HIGH = 2 * 1024 * 1024
 _CONNECT_TIMEOUT_S = 10.0
@@ -120,7 +120,7 @@ class EgressProxy:
             "namespace): public destinations only, restricted sessions only to their allowed_domains; "
             f"private hosts allowed by the operator: {allowed}; per session: {self.settings.max_connections} "
             f"connections, {bandwidth}; credentials substituted in HTTPS to their allowed hosts on ports "
-            f"{' and '.join(map(str, INTERCEPTED_PORTS))}"
+            f"{', '.join(map(str, self.settings.intercept_ports))}"
         )
 
     def admit(self, egress: SessionEgress) -> None:
@@ -220,7 +220,7 @@ class EgressProxy:
             host, port = url.hostname, _port(url.port or 80)
         connection.host, connection.port = normalize_host(host), port
         addresses = await self._check(session, connection.host)
-        secrets = session.secrets_for(connection.host) if head.method == "CONNECT" and port in INTERCEPTED_PORTS else ()
+        secrets = session.secrets_for(connection.host) if head.method == "CONNECT" and port in self.settings.intercept_ports else ()
         if secrets:
             connection.decision = "intercepted"
             others = [secret for secret in session.secrets if secret not in secrets]

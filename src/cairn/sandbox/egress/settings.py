@@ -7,6 +7,8 @@
   refused with 429.
 - `CAIRN_EGRESS_BANDWIDTH_BYTES_S`: bytes per second per session, both directions
   together (default: unlimited).
+- `CAIRN_EGRESS_INTERCEPT_PORTS`: the ports on which HTTPS to a host with credentials is
+  intercepted to substitute them (default `443,8443`).
 - `CAIRN_EGRESS_HOSTS` (tests): `name=address,...`, answers the proxy's name resolution
   with these addresses instead of DNS for the names given.
 - `CAIRN_EGRESS_UPSTREAM_CA` (tests): a PEM file of extra CAs the proxy trusts when it
@@ -27,6 +29,7 @@ __all__ = ["EgressSettings"]
 
 
 DEFAULT_MAX_CONNECTIONS = 64
+DEFAULT_INTERCEPT_PORTS = (443, 8443)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,7 @@ class EgressSettings:
     allow_private: frozenset[str] = frozenset()
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     bandwidth_bytes_s: int | None = None
+    intercept_ports: tuple[int, ...] = DEFAULT_INTERCEPT_PORTS
     hosts: Mapping[str, str] = field(default_factory=dict)
     upstream_ca: Path | None = None
 
@@ -65,12 +69,14 @@ class EgressSettings:
             if not sep:
                 raise InvalidRequestError(f"CAIRN_EGRESS_HOSTS: {entry!r} is not name=address", param="CAIRN_EGRESS_HOSTS")
             hosts[normalize_host(name)] = address.strip()
+        ports = environ.get("CAIRN_EGRESS_INTERCEPT_PORTS")
         try:
             bandwidth = environ.get("CAIRN_EGRESS_BANDWIDTH_BYTES_S")
             return cls(
                 allow_private=frozenset(names(environ.get("CAIRN_EGRESS_ALLOW_PRIVATE", ""))),
                 max_connections=int(environ.get("CAIRN_EGRESS_MAX_CONNECTIONS", DEFAULT_MAX_CONNECTIONS)),
                 bandwidth_bytes_s=int(bandwidth) if bandwidth else None,
+                intercept_ports=tuple(int(port) for port in ports.split(",")) if ports else DEFAULT_INTERCEPT_PORTS,
                 hosts=hosts,
                 upstream_ca=Path(environ["CAIRN_EGRESS_UPSTREAM_CA"]) if environ.get("CAIRN_EGRESS_UPSTREAM_CA") else None,
             )

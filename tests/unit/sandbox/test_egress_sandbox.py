@@ -1,0 +1,200 @@
+"""Egress from real bwrap session containers: with network on, a sandbox still reaches
+nothing of the host or of private networks, reaches allowed destinations only through
+Cairn's proxy, and has its credentials substituted on the wire by the proxy alone.
+
+Every check is made where it counts: on the host's listeners and the local upstream's
+record of what it received, not only on what the sandboxed program prints.
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cairn.sandbox import ExecRequest, testing
+from cairn.sandbox.bwrap_sessions import SessionBwrapBackend, detect_bwrap
+from cairn.sandbox.egress import EgressCA, EgressProxy, EgressSettings, NetworkPolicy, SessionEgress, WireSecret
+from cairn.sandbox.egress.addresses import host_addresses
+from cairn.sandbox.egress.testing import LocalUpstream, local_upstream
+from cairn.sandbox.testing import LoopbackListeners
+
+pytestmark = pytest.mark.anyio
+
+API = "api.test"
+OTHER = "other.test"
+NAMES = (API, OTHER, "www.allowed.test", "blocked.allowed.test")
+SECRET = "sk-real-secret-9d8c7b6a5f4e3d2c1b0a"
+PLACEHOLDER = "cairn_ph_0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+
+
+@pytest.fixture(scope="module")
+def tls_upstream() -> Iterator[LocalUpstream]:
+    with local_upstream(*NAMES) as upstream:
+        yield upstream
+
+
+@pytest.fixture(scope="module")
+def plain_upstream() -> Iterator[LocalUpstream]:
+    with local_upstream(*NAMES, tls=False) as upstream:
+        yield upstream
+
+
+@pytest.fixture(scope="module")
+def backend(tls_upstream: LocalUpstream) -> SessionBwrapBackend:
+    try:
+        backend = detect_bwrap(session_containers=True)
+    except Exception as exc:  # noqa: BLE001 - any reason the host cannot run them is a skip
+        pytest.skip(f"bwrap session containers do not work here: {exc}")
+    assert isinstance(backend, SessionBwrapBackend)
+    settings = EgressSettings(
+        allow_private=frozenset(NAMES),
+        hosts={**{name: "127.0.0.1" for name in NAMES}, "evil.test": "127.0.0.1"},
+        upstream_ca=tls_upstream.ca_file,
+        intercept_ports=(443, 8443, tls_upstream.port),
+    )
+    backend.use_egress(EgressProxy(settings, EgressCA.ephemeral()))
+    return backend
+
+
+@pytest.fixture(scope="module")
+def workspace_root() -> Iterator[Path]:
+    with testing.workspace_root("cairn-egress-tests-") as root:
+        yield root
+
+
+async def run(
+    backend: SessionBwrapBackend, workspace: Path, command: str, egress: SessionEgress | None,
+    env: dict[str, str] | None = None,
+) -> str:
+    chunks: list[bytes] = []
+
+    async def collect(chunk: bytes) -> None:
+        chunks.append(chunk)
+
+    request = ExecRequest(command=command, workspace=workspace, timeout_s=60, egress=egress, env=env or {})
+    await backend.exec(request, collect)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def status_of(url: str, *extra: str) -> str:
+    """A curl command printing `<url> <status>` (000 when no HTTP answer came)."""
+    return f"echo {url} $(curl -s -m 10 -o /dev/null -w '%{{http_code}}' {' '.join(extra)} {url})"
+
+
+def statuses(output: str) -> dict[str, str]:
+    return dict(line.rsplit(" ", 1) for line in output.splitlines() if line.count(" ") >= 1)
+
+
+def enabled(session_id: str, *secrets: WireSecret) -> SessionEgress:
+    return SessionEgress(session_id, NetworkPolicy("enabled"), secrets)
+
+
+async def test_with_network_the_host_and_private_ranges_stay_out_of_reach(
+    backend: SessionBwrapBackend, workspace_root: Path, plain_upstream: LocalUpstream
+) -> None:
+    workspace = await testing.new_workspace(workspace_root, backend)
+    own = sorted(str(a) for a in host_addresses() if a.version == 4 and not a.is_loopback)
+    with LoopbackListeners() as listeners:
+        port = listeners.tcp_port
+        targets = [f"http://127.0.0.1:{port}/", f"http://localhost.:{port}/", "http://169.254.169.254/",
+                   "http://10.1.2.3/", "http://192.168.1.1/", f"http://evil.test:{port}/",
+                   *(f"http://{address}:{port}/" for address in own)]
+        # NO_PROXY keeps loopback names off the proxy (they are the sandbox's own loopback,
+        # tried directly below); here every target goes to the proxy.
+        script = "\n".join(status_of(url, "--noproxy ''") for url in targets)
+        through_proxy = statuses(await run(backend, workspace, script, enabled("sess_egress_host")))
+        ignoring_proxy = statuses(await run(
+            backend, workspace, "\n".join(status_of(url, "--noproxy '*'") for url in targets),
+            enabled("sess_egress_host"),
+        ))
+        assert not listeners.received_anything()
+    assert through_proxy == {url: "403" for url in targets}
+    assert ignoring_proxy == {url: "000" for url in targets}
+    # The control: an allowed upstream is reached through the same proxy.
+    control = statuses(await run(backend, workspace, status_of(f"http://{API}:{plain_upstream.port}/"),
+                                 enabled("sess_egress_host")))
+    assert control == {f"http://{API}:{plain_upstream.port}/": "200"}
+
+
+async def test_a_program_that_ignores_the_proxy_reaches_nothing(
+    backend: SessionBwrapBackend, workspace_root: Path, plain_upstream: LocalUpstream
+) -> None:
+    workspace = await testing.new_workspace(workspace_root, backend)
+    before = len(plain_upstream.received)
+    own = [str(a) for a in host_addresses() if a.version == 4 and not a.is_loopback]
+    probe = textwrap.dedent(f"""
+        import socket
+        for host in {["127.0.0.1", "1.1.1.1", "8.8.8.8", *own]!r}:
+            try:
+                socket.create_connection((host, {plain_upstream.port}), timeout=3)
+                print("TCP-OK", host)
+            except OSError as error:
+                print("tcp", host, error)
+        try:
+            socket.getaddrinfo("example.com", 80)
+            print("DNS-OK")
+        except OSError as error:
+            print("dns", error)
+    """)
+    (workspace / "probe.py").write_text(probe)
+    output = await run(backend, workspace, "python3 probe.py; ip -o link | cut -d: -f2", enabled("sess_egress_raw"))
+    assert "TCP-OK" not in output and "DNS-OK" not in output
+    assert output.strip().endswith("lo")  # the namespace has loopback and nothing else
+    assert len(plain_upstream.received) == before
+
+
+async def test_restricted_allows_exactly_its_domains_minus_the_blocked(
+    backend: SessionBwrapBackend, workspace_root: Path, plain_upstream: LocalUpstream
+) -> None:
+    workspace = await testing.new_workspace(workspace_root, backend)
+    policy = NetworkPolicy("restricted", allowed_domains=(API, "*.allowed.test"), blocked_domains=("blocked.allowed.test",))
+    urls = {host: f"http://{host}:{plain_upstream.port}/" for host in NAMES}
+    output = await run(backend, workspace, "\n".join(status_of(url) for url in urls.values()),
+                       SessionEgress("sess_egress_restricted", policy))
+    assert statuses(output) == {
+        urls[API]: "200", urls["www.allowed.test"]: "200", urls["blocked.allowed.test"]: "403", urls[OTHER]: "403",
+    }
+
+
+async def test_credentials_are_substituted_only_for_their_hosts(
+    backend: SessionBwrapBackend, workspace_root: Path, tls_upstream: LocalUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    workspace = await testing.new_workspace(workspace_root, backend)
+    shutil.copy(tls_upstream.ca_file, workspace / "upstream-ca.pem")
+    port = tls_upstream.port
+    secret = WireSecret("cred_api", "API_KEY", PLACEHOLDER, SECRET, (API,))
+    (workspace / "client.py").write_text(textwrap.dedent(f"""
+        import os, ssl, sys, urllib.request
+        host, cafile = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else None)
+        request = urllib.request.Request(
+            f"https://{{host}}:{port}/urllib-{{host}}", data=("key=" + os.environ["API_KEY"]).encode(),
+            headers={{"Authorization": "Bearer " + os.environ["API_KEY"]}},
+        )
+        context = ssl.create_default_context(cafile=cafile)
+        print(urllib.request.urlopen(request, context=context).status)
+    """))
+    script = (
+        f'curl -sS -m 10 -H "Authorization: Bearer $API_KEY" -d "key=$API_KEY" https://{API}:{port}/curl\n'
+        f"python3 client.py {API}\n"
+        # The same requests to a host the credential is not allowed for: tunnelled as they are.
+        f'curl -sS -m 10 --cacert upstream-ca.pem -H "Authorization: Bearer $API_KEY" https://{OTHER}:{port}/curl-other\n'
+        f"python3 client.py {OTHER} upstream-ca.pem\n"
+    )
+    output = await run(backend, workspace, script, enabled("sess_egress_secrets", secret), env={"API_KEY": PLACEHOLDER})
+    assert output.split() == ["ok", "200", "ok", "200"]
+    received = {request.path: request for request in tls_upstream.received}
+    for path in ("/curl", f"/urllib-{API}"):
+        assert received[path].headers["Authorization"] == f"Bearer {SECRET}"
+        assert received[path].body == f"key={SECRET}".encode()
+    assert received["/curl-other"].headers["Authorization"] == f"Bearer {PLACEHOLDER}"
+    other = received[f"/urllib-{OTHER}"]
+    assert other.headers["Authorization"] == f"Bearer {PLACEHOLDER}" and other.body == f"key={PLACEHOLDER}".encode()
+    # What the sandbox can see of the secret: nothing, not even in its own files.
+    leaked = await run(backend, workspace, f"env; grep -rs {SECRET} /workspace /tmp /etc; echo done",
+                       enabled("sess_egress_secrets", secret), env={"API_KEY": PLACEHOLDER})
+    assert SECRET not in leaked and leaked.endswith("done\n")
+    assert SECRET not in caplog.text
