@@ -44,7 +44,7 @@ def plain_upstream() -> Iterator[LocalUpstream]:
 
 
 @pytest.fixture(scope="module")
-def backend(tls_upstream: LocalUpstream) -> SessionBwrapBackend:
+def backend(tls_upstream: LocalUpstream) -> Iterator[SessionBwrapBackend]:
     try:
         backend = detect_bwrap(session_containers=True)
     except Exception as exc:  # noqa: BLE001 - any reason the host cannot run them is a skip
@@ -57,7 +57,8 @@ def backend(tls_upstream: LocalUpstream) -> SessionBwrapBackend:
         intercept_ports=(443, 8443, tls_upstream.port),
     )
     backend.use_egress(EgressProxy(settings, EgressCA.ephemeral()))
-    return backend
+    yield backend
+    backend.egress.close()
 
 
 @pytest.fixture(scope="module")

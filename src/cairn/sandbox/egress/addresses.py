@@ -2,7 +2,7 @@
 
 Refused: every address that is not globally routable (`ipaddress`'s `is_global` is false
 for loopback, link-local 169.254.0.0/16 with the cloud metadata address, RFC 1918, CGNAT
-100.64.0.0/10, ULA fc00::/7, documentation and reserved ranges, unspecified, multicast)
+100.64.0.0/10, ULA fc00::/7, documentation and reserved ranges, unspecified) and multicast
 and the host's own addresses, public ones included: a sandbox must not reach services
 that listen on the machine it runs on. IPv4-mapped IPv6 addresses are judged as the IPv4
 address they carry. The host's addresses are read from the kernel (/proc/net/fib_trie for
@@ -73,6 +73,6 @@ class AddressGuard:
             return "an address of the host"
         if address.is_private:
             return "a private address"
-        if not address.is_global:
+        if not address.is_global or address.is_multicast or address.is_reserved or address.is_unspecified:
             return "not a public address"
         return None

@@ -106,6 +106,7 @@ class EgressProxy:
         self._lock = threading.Lock()
         self._sessions: dict[str, SessionEgress] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         # Touched on the proxy's loop only.
         self._open: dict[str, int] = {}
         self._throttles: dict[str, _Throttle] = {}
@@ -148,12 +149,22 @@ class EgressProxy:
 
         return close
 
+    def close(self) -> None:
+        """Stop the proxy's loop, ending every connection and listener (blocking). A
+        process that exits needs no call: the thread is a daemon and the sockets go with it."""
+        with self._lock:
+            loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="cairn-egress-proxy", daemon=True).start()
-                self._loop = loop
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(target=self._loop.run_forever, name="cairn-egress-proxy", daemon=True)
+                self._thread.start()
             return self._loop
 
     async def _listen(self, listener: socket.socket, session_id: str) -> asyncio.Server:

@@ -80,7 +80,9 @@ class LocalUpstream:
             context.load_cert_chain(chain)
             self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self.port: int = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="local-upstream", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="local-upstream", daemon=True
+        )
         self._thread.start()
 
     def close(self) -> None:

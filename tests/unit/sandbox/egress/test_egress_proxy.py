@@ -11,7 +11,7 @@ import http.client
 import logging
 import socket
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import anyio
 import pytest
@@ -46,15 +46,28 @@ def plain_upstream() -> Iterator[LocalUpstream]:
         yield server
 
 
-def make_proxy(upstream: LocalUpstream, **overrides: object) -> EgressProxy:
-    names = (ALLOWED, OTHER, "www.allowed.test", "blocked.allowed.test", "evil.test", "metadata.test")
-    settings = EgressSettings(
-        allow_private=frozenset({ALLOWED, OTHER, "www.allowed.test", "blocked.allowed.test"}),
-        hosts={**{name: "127.0.0.1" for name in names}, "metadata.test": "169.254.169.254"},
-        upstream_ca=upstream.ca_file,
-        **overrides,  # type: ignore[arg-type]
-    )
-    return EgressProxy(settings, EgressCA.ephemeral())
+ProxyFactory = Callable[..., EgressProxy]
+
+
+@pytest.fixture
+def make_proxy() -> Iterator[ProxyFactory]:
+    """Makes proxies to the test upstreams (keyword arguments override settings); closes them after."""
+    made: list[EgressProxy] = []
+
+    def make(upstream: LocalUpstream, **overrides: object) -> EgressProxy:
+        names = (ALLOWED, OTHER, "www.allowed.test", "blocked.allowed.test", "evil.test", "metadata.test")
+        settings = EgressSettings(
+            allow_private=frozenset({ALLOWED, OTHER, "www.allowed.test", "blocked.allowed.test"}),
+            hosts={**{name: "127.0.0.1" for name in names}, "metadata.test": "169.254.169.254"},
+            upstream_ca=upstream.ca_file,
+            **overrides,  # type: ignore[arg-type]
+        )
+        made.append(EgressProxy(settings, EgressCA.ephemeral()))
+        return made[-1]
+
+    yield make
+    for proxy in made:
+        proxy.close()
 
 
 class Door:
@@ -127,7 +140,7 @@ def credential(allowed_hosts: tuple[str, ...] | None = (ALLOWED,)) -> WireSecret
         ("metadata.test", "resolves to 169.254.169.254, a link-local"),
     ],
 )
-def test_private_destinations_are_refused_with_a_reason(upstream: LocalUpstream, target: str, why: str) -> None:
+def test_private_destinations_are_refused_with_a_reason(make_proxy: ProxyFactory, upstream: LocalUpstream, target: str, why: str) -> None:
     door = Door(make_proxy(upstream), session())
     try:
         answer = door.connect(f"{target}:{upstream.port}")
@@ -139,7 +152,7 @@ def test_private_destinations_are_refused_with_a_reason(upstream: LocalUpstream,
     assert upstream.received == []
 
 
-def test_the_hosts_own_addresses_are_refused(upstream: LocalUpstream) -> None:
+def test_the_hosts_own_addresses_are_refused(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
     from cairn.sandbox.egress.addresses import host_addresses
 
     own = [address for address in host_addresses() if address.version == 4 and not address.is_loopback]
@@ -154,7 +167,7 @@ def test_the_hosts_own_addresses_are_refused(upstream: LocalUpstream) -> None:
     assert upstream.received == []
 
 
-def test_an_allowed_private_name_is_reached_and_tunnelled_untouched(upstream: LocalUpstream) -> None:
+def test_an_allowed_private_name_is_reached_and_tunnelled_untouched(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
     # No credential is allowed for api.test: the TLS goes end to end, the client must
     # trust the upstream's own CA, and the placeholder arrives as sent.
     door = Door(make_proxy(upstream), session(None, credential(allowed_hosts=(OTHER,))))
@@ -167,7 +180,7 @@ def test_an_allowed_private_name_is_reached_and_tunnelled_untouched(upstream: Lo
     assert upstream.received[-1].headers["Authorization"] == f"Bearer {PLACEHOLDER}"
 
 
-def test_restricted_allows_exactly_its_domains_minus_the_blocked(plain_upstream: LocalUpstream) -> None:
+def test_restricted_allows_exactly_its_domains_minus_the_blocked(make_proxy: ProxyFactory, plain_upstream: LocalUpstream) -> None:
     upstream = plain_upstream
     policy = NetworkPolicy("restricted", allowed_domains=(ALLOWED, "*.allowed.test"),
                            blocked_domains=("blocked.allowed.test",))
@@ -184,7 +197,7 @@ def test_restricted_allows_exactly_its_domains_minus_the_blocked(plain_upstream:
     assert len(upstream.received) == 2
 
 
-def test_the_secret_replaces_the_placeholder_for_an_allowed_host(upstream: LocalUpstream,
+def test_the_secret_replaces_the_placeholder_for_an_allowed_host(make_proxy: ProxyFactory, upstream: LocalUpstream,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
     # The upstream cannot listen on 443: the test proxy intercepts its port instead.
     proxy = make_proxy(upstream, intercept_ports=(upstream.port,))
@@ -205,7 +218,7 @@ def test_the_secret_replaces_the_placeholder_for_an_allowed_host(upstream: Local
     assert SECRET not in caplog.text and PLACEHOLDER not in caplog.text
 
 
-def test_a_placeholder_sent_elsewhere_goes_unchanged_and_is_reported(
+def test_a_placeholder_sent_elsewhere_goes_unchanged_and_is_reported(make_proxy: ProxyFactory, 
     upstream: LocalUpstream, plain_upstream: LocalUpstream
 ) -> None:
     proxy = make_proxy(upstream, intercept_ports=(upstream.port,))
@@ -224,7 +237,7 @@ def test_a_placeholder_sent_elsewhere_goes_unchanged_and_is_reported(
     assert {event.host for event in kinds} >= {ALLOWED}
 
 
-def test_refusals_are_reported_once_per_destination(upstream: LocalUpstream) -> None:
+def test_refusals_are_reported_once_per_destination(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
     proxy = make_proxy(upstream)
     door = Door(proxy, session())
     try:
@@ -237,7 +250,7 @@ def test_refusals_are_reported_once_per_destination(upstream: LocalUpstream) -> 
     assert "private" in events[0].reason
 
 
-def test_a_session_over_its_connection_limit_gets_429(upstream: LocalUpstream) -> None:
+def test_a_session_over_its_connection_limit_gets_429(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
     door = Door(make_proxy(upstream, max_connections=1), session())
     held = socket.create_connection(("127.0.0.1", door.port), timeout=10)
     try:
@@ -249,7 +262,7 @@ def test_a_session_over_its_connection_limit_gets_429(upstream: LocalUpstream) -
         door.close()
 
 
-def test_an_unknown_session_is_refused(upstream: LocalUpstream) -> None:
+def test_an_unknown_session_is_refused(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
     proxy = make_proxy(upstream)
     door = Door(proxy, session())
     proxy.forget("sess_proxytest")
