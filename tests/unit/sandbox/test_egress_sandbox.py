@@ -17,6 +17,7 @@ import pytest
 
 from cairn.sandbox import ExecRequest, testing
 from cairn.sandbox.bwrap_sessions import SessionBwrapBackend, detect_bwrap
+from cairn.sandbox.doctor import describe_host
 from cairn.sandbox.egress import EgressCA, EgressProxy, EgressSettings, NetworkPolicy, SessionEgress, WireSecret
 from cairn.sandbox.egress.addresses import host_addresses
 from cairn.sandbox.egress.testing import LocalUpstream, local_upstream
@@ -199,3 +200,9 @@ async def test_credentials_are_substituted_only_for_their_hosts(
                        enabled("sess_egress_secrets", secret), env={"API_KEY": PLACEHOLDER})
     assert SECRET not in leaked and leaked.endswith("done\n")
     assert SECRET not in caplog.text
+
+
+def test_doctor_reports_the_egress_mode() -> None:
+    report = describe_host("bwrap", EgressSettings(allow_private=frozenset({"registry.corp"}), max_connections=9))
+    assert "egress mode: proxy" in report
+    assert "private hosts allowed by the operator: registry.corp" in report and "9 connections" in report
