@@ -35,11 +35,13 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import urlsplit, urlunsplit
 
-from cairn.sandbox.egress._http import HEAD_MAX, HttpError, RequestHead, read_head, relay_requests
+from cairn.sandbox.egress._http import HttpError, RequestHead, relay_requests
+from cairn.sandbox.egress._relay import accepted_streams, connect, connect_socket, pump, receive_head, run_both, splice
 from cairn.sandbox.egress.addresses import AddressGuard, IPAddress
 from cairn.sandbox.egress.ca import EgressCA
 from cairn.sandbox.egress.credentials import SessionEgress
@@ -52,10 +54,8 @@ __all__ = ["EgressProxy", "Refused"]
 
 logger = logging.getLogger(__name__)
 
-_READ = 1024 * 1024
-_WRITE_HIGH = 2 * 1024 * 1024
-_CONNECT_TIMEOUT_S = 10.0
 _START_TIMEOUT_S = 10.0
+_ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 
 
 class Refused(Exception):
@@ -138,12 +138,12 @@ class EgressProxy:
         """Accept `listener`'s connections as `session_id`'s (the proxy owns it from now on);
         returns the function that closes it (thread-safe, idempotent). Blocking."""
         loop = self._running_loop()
-        future = asyncio.run_coroutine_threadsafe(self._listen(listener, session_id), loop)
-        server = future.result(_START_TIMEOUT_S)
+        listener.setblocking(False)
+        accepting = asyncio.run_coroutine_threadsafe(self._accept(listener, session_id), loop)
 
         def close() -> None:
             try:
-                loop.call_soon_threadsafe(server.close)
+                loop.call_soon_threadsafe(accepting.cancel)
             except RuntimeError:  # the loop is gone (process exit), and the listener with it
                 listener.close()
 
@@ -155,6 +155,7 @@ class EgressProxy:
         with self._lock:
             loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
         if loop is not None and thread is not None:
+            asyncio.run_coroutine_threadsafe(_cancel_everything(), loop).result(_START_TIMEOUT_S)
             loop.call_soon_threadsafe(loop.stop)
             thread.join()
             loop.close()
@@ -167,17 +168,25 @@ class EgressProxy:
                 self._thread.start()
             return self._loop
 
-    async def _listen(self, listener: socket.socket, session_id: str) -> asyncio.Server:
-        listener.setblocking(False)
-
-        async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await self._handle(reader, writer, session_id)
-
-        return await asyncio.start_server(accepted, sock=listener, limit=HEAD_MAX)
+    async def _accept(self, listener: socket.socket, session_id: str) -> None:
+        loop = asyncio.get_running_loop()
+        connections: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                client, _ = await loop.sock_accept(listener)
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                task = loop.create_task(self._handle(client, session_id))
+                connections.add(task)
+                task.add_done_callback(connections.discard)
+        finally:
+            # A closed door ends its session's connections too (its container is gone).
+            listener.close()
+            for task in connections:
+                task.cancel()
 
     # -- one connection ---------------------------------------------------------------
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session_id: str) -> None:
+    async def _handle(self, client: socket.socket, session_id: str) -> None:
         connection = _Connection(session_id)
         with self._lock:
             session = self._sessions.get(session_id)
@@ -185,39 +194,40 @@ class EgressProxy:
         try:
             if session is None:
                 connection.decision = "refused: session not admitted"
-                await _answer(writer, 403, "this sandbox's session has no network access now")
+                await _answer(client, 403, "this sandbox's session has no network access now")
             elif open_now >= self.settings.max_connections:
                 connection.decision = "refused: connection limit"
-                await _answer(writer, 429, f"more than {self.settings.max_connections} open connections for this session")
+                await _answer(client, 429, f"more than {self.settings.max_connections} open connections for this session")
             else:
                 self._open[session_id] = open_now + 1
                 try:
-                    await self._proxy(reader, writer, session, connection)
+                    await self._proxy(client, session, connection)
                 finally:
                     self._open[session_id] -= 1
         except HttpError as exc:
             connection.decision = f"bad request ({exc.status})"
-            await _answer(writer, exc.status, str(exc))
+            await _answer(client, exc.status, str(exc))
         except Refused as exc:
             connection.decision = "refused"
             self.reports.report(EgressEvent(session_id, "network_blocked", connection.host, connection.port, str(exc)))
-            await _answer(writer, 403, f"Cairn egress proxy refused {connection.host}:{connection.port}: {exc}")
+            await _answer(client, 403, f"Cairn egress proxy refused {connection.host}:{connection.port}: {exc}")
         except (TimeoutError, OSError, EOFError, ssl.SSLError) as exc:
             # The peer went away or the upstream failed: the connection is over either way.
             connection.decision += f", ended by {type(exc).__name__}"
+        except asyncio.CancelledError:
+            # Its door closed or the proxy stopped: the connection ends here, as it should.
+            connection.decision += ", ended by the proxy"
         finally:
-            writer.close()
+            client.close()
             logger.info(
                 "egress session=%s host=%s port=%d decision=%s sent=%d received=%d",
                 connection.session_id, connection.host, connection.port, connection.decision,
                 connection.sent, connection.received,
             )
 
-    async def _proxy(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: SessionEgress, connection: _Connection
-    ) -> None:
-        raw = await read_head(reader)
-        if raw is None:
+    async def _proxy(self, client: socket.socket, session: SessionEgress, connection: _Connection) -> None:
+        raw, rest = await receive_head(client)
+        if not raw:
             connection.decision = "closed before a request"
             return
         head = RequestHead.parse(raw)
@@ -231,30 +241,55 @@ class EgressProxy:
             host, port = url.hostname, _port(url.port or 80)
         connection.host, connection.port = normalize_host(host), port
         addresses = await self._check(session, connection.host)
-        secrets = session.secrets_for(connection.host) if head.method == "CONNECT" and port in self.settings.intercept_ports else ()
-        if secrets:
-            connection.decision = "intercepted"
-            others = [secret for secret in session.secrets if secret not in secrets]
-            await self._intercept(reader, writer, connection, addresses, Substituter(secrets, others))
+        if url is not None:
+            await self._forward(client, rest, head, url.path, url.query, session, connection, addresses)
             return
-        upstream = await _connect(addresses, port)
-        up_reader, up_writer = upstream
-        if url is None:
+        secrets = session.secrets_for(connection.host) if port in self.settings.intercept_ports else ()
+        if secrets:
+            if rest:
+                raise HttpError(400, "data was sent before the tunnel was established")
+            others = [secret for secret in session.secrets if secret not in secrets]
+            await self._intercept(client, connection, addresses, Substituter(secrets, others))
+            return
+        upstream = await connect_socket(addresses, port)
+        try:
             connection.decision = "tunnelled"
-            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            scan = None
-        else:
-            connection.decision = "forwarded"
-            scan = Substituter((), session.secrets)  # credentials never go out in plain HTTP
-            target = urlunsplit(("", "", url.path or "/", url.query, ""))
+            loop = asyncio.get_running_loop()
+            await loop.sock_sendall(client, _ESTABLISHED)
+            if rest:
+                await loop.sock_sendall(upstream, rest)
+            await run_both(
+                splice(client, upstream, partial(self._count, connection, upward=True)),
+                splice(upstream, client, partial(self._count, connection, upward=False)),
+                wait_for_reply=True,
+            )
+        finally:
+            upstream.close()
+
+    async def _forward(
+        self, client: socket.socket, rest: bytes, head: RequestHead, path: str, query: str,
+        session: SessionEgress, connection: _Connection, addresses: list[IPAddress],
+    ) -> None:
+        """A plain-HTTP request: one per connection, credentials never substituted (and
+        their placeholders reported)."""
+        connection.decision = "forwarded"
+        scan = Substituter((), session.secrets)
+        up_reader, up_writer = await connect(addresses, connection.port)
+        reader, writer = await accepted_streams(client, already_read=rest)
+        try:
+            target = urlunsplit(("", "", path or "/", query, ""))
             first = head.render(target=target, drop=("proxy-connection", "proxy-authorization", "connection"),
                                 add=(("Connection", "close"),))
             up_writer.write(scan.replace_all(first))
-        try:
-            await self._relay(reader, writer, up_reader, up_writer, connection, scan)
+            await run_both(
+                pump(reader, up_writer, partial(self._count, connection, upward=True), scan.feed, scan.flush),
+                pump(up_reader, writer, partial(self._count, connection, upward=False)),
+                wait_for_reply=True,
+            )
         finally:
-            if scan is not None:
-                self._report_withheld(connection, scan)
+            up_writer.close()
+            writer.close()
+            self._report_withheld(connection, scan)
 
     async def _check(self, session: SessionEgress, host: str) -> list[IPAddress]:
         """The addresses `host` may be reached at, or `Refused`."""
@@ -285,93 +320,54 @@ class EgressProxy:
         return list(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
 
     async def _intercept(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        connection: _Connection,
-        addresses: list[IPAddress],
-        substituter: Substituter,
+        self, client: socket.socket, connection: _Connection, addresses: list[IPAddress], substituter: Substituter
     ) -> None:
+        connection.decision = "intercepted"
         try:
-            up_reader, up_writer = await _connect(
-                addresses, connection.port, ssl=self._upstream_tls, server_hostname=connection.host
-            )
+            up_reader, up_writer = await connect(addresses, connection.port, tls=self._upstream_tls,
+                                                 server_hostname=connection.host)
         except ssl.SSLError as exc:
             connection.decision = "refused: upstream TLS failed"
-            await _answer(writer, 502, f"TLS to {connection.host} failed: {exc.reason or exc}")
+            await _answer(client, 502, f"TLS to {connection.host} failed: {exc.reason or exc}")
             return
-        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        await writer.start_tls(self.ca.server_context(connection.host))
+        try:
+            await asyncio.get_running_loop().sock_sendall(client, _ESTABLISHED)
+            reader, writer = await accepted_streams(client, tls=self.ca.server_context(connection.host))
+        except BaseException:
+            up_writer.close()
+            raise
+        count_up = partial(self._count, connection, upward=True)
 
         async def send(data: bytes) -> None:
             if data:
-                await self._spend(connection.session_id, len(data))
-                connection.sent += len(data)
+                await count_up(len(data))
                 up_writer.write(data)
                 await up_writer.drain()
 
         try:
-            await _both(
+            await run_both(
                 relay_requests(reader, send, substituter),
-                self._pump(up_reader, writer, connection, upstream=False),
-                up_writer,
+                pump(up_reader, writer, partial(self._count, connection, upward=False)),
+                wait_for_reply=False,
             )
         except HttpError as exc:
             connection.decision += f", bad request ({exc.status})"
         finally:
             up_writer.close()
+            writer.close()
             self._report_withheld(connection, substituter)
 
-    async def _relay(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        up_reader: asyncio.StreamReader,
-        up_writer: asyncio.StreamWriter,
-        connection: _Connection,
-        scan: Substituter | None,
-    ) -> None:
-        for each in (writer, up_writer):
-            each.transport.set_write_buffer_limits(high=_WRITE_HIGH)
-        try:
-            await _both(
-                self._pump(reader, up_writer, connection, upstream=True, scan=scan),
-                self._pump(up_reader, writer, connection, upstream=False),
-                up_writer,
-            )
-        finally:
-            up_writer.close()
-
-    async def _pump(
-        self,
-        source: asyncio.StreamReader,
-        sink: asyncio.StreamWriter,
-        connection: _Connection,
-        *,
-        upstream: bool,
-        scan: Substituter | None = None,
-    ) -> None:
-        while chunk := await source.read(_READ):
-            await self._spend(connection.session_id, len(chunk))
-            if upstream:
-                connection.sent += len(chunk)
-                if scan is not None:
-                    chunk = scan.feed(chunk)
-            else:
-                connection.received += len(chunk)
-            sink.write(chunk)
-            await sink.drain()
-        if scan is not None:
-            sink.write(scan.flush())
-        if sink.can_write_eof():
-            sink.write_eof()
-
-    async def _spend(self, session_id: str, size: int) -> None:
+    async def _count(self, connection: _Connection, size: int, *, upward: bool) -> None:
+        """Count `size` bytes of `connection` and wait out the session's bandwidth limit."""
+        if upward:
+            connection.sent += size
+        else:
+            connection.received += size
         rate = self.settings.bandwidth_bytes_s
         if rate is not None:
-            throttle = self._throttles.get(session_id)
+            throttle = self._throttles.get(connection.session_id)
             if throttle is None:
-                throttle = self._throttles[session_id] = _Throttle(rate)
+                throttle = self._throttles[connection.session_id] = _Throttle(rate)
             await throttle.spend(size)
 
     def _report_withheld(self, connection: _Connection, substituter: Substituter) -> None:
@@ -383,48 +379,15 @@ class EgressProxy:
             ))
 
 
-async def _both(upward: Awaitable[None], downward: Awaitable[None], up_writer: asyncio.StreamWriter) -> None:
-    """Run both directions of a connection until the server's side ends.
-
-    The client's end of stream is passed on as a half-close where the transport allows it
-    (plain TCP) and the server's reply awaited; over TLS, where it does not, the connection
-    ends with the client's.
-    """
-    down = asyncio.ensure_future(downward)
-    up = asyncio.ensure_future(upward)
-    try:
-        done, _ = await asyncio.wait((up, down), return_when=asyncio.FIRST_COMPLETED)
-        if up in done:
-            up.result()
-            if up_writer.can_write_eof():
-                await down
-        if down.done():
-            down.result()
-    finally:
-        for task in (up, down):
-            task.cancel()
-        await asyncio.gather(up, down, return_exceptions=True)
+async def _cancel_everything() -> None:
+    """End every connection of the running loop (but the caller) and wait for them."""
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _connect(
-    addresses: Iterable[IPAddress], port: int, **tls: object
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A connection to the first of `addresses` that accepts one (only checked addresses)."""
-    last: Exception | None = None
-    for address in addresses:
-        try:
-            return await asyncio.wait_for(
-                asyncio.open_connection(str(address), port, limit=_READ, **tls),  # type: ignore[arg-type]
-                _CONNECT_TIMEOUT_S,
-            )
-        except ssl.SSLError:
-            raise
-        except (TimeoutError, OSError) as exc:
-            last = exc
-    raise HttpError(502, f"could not connect: {last}")
-
-
-async def _answer(writer: asyncio.StreamWriter, status: int, reason: str) -> None:
+async def _answer(client: socket.socket, status: int, reason: str) -> None:
     """Answer the client with an error and a one-line reason (best effort: it may be gone)."""
     body = (reason + "\n").encode()
     phrase = {400: "Bad Request", 403: "Forbidden", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
@@ -434,9 +397,8 @@ async def _answer(writer: asyncio.StreamWriter, status: int, reason: str) -> Non
         f"Content-Length: {len(body)}\r\nConnection: close\r\nX-Cairn-Egress: refused\r\n\r\n"
     ).encode()
     try:
-        writer.write(head + body)
-        await writer.drain()
-    except (OSError, RuntimeError) as exc:
+        await asyncio.get_running_loop().sock_sendall(client, head + body)
+    except OSError as exc:
         logger.debug("could not send the egress proxy's %d answer: %s", status, exc)
 
 
