@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from cairn.sandbox.egress.testing import LocalUpstream, local_upstream
 from cairn.testing.server import CairnServer
 from tests.e2e.conftest import make_server, remove_server
+from tests.e2e.test_event_replay import stored_log
 from tests.waits import until_blocking
 
 
@@ -40,15 +40,7 @@ def egress_server(scripts_dir: Path) -> Iterator[CairnServer]:
 
 
 def stored_events(server: CairnServer, session_id: str) -> list[dict[str, object]]:
-    engine = sa.create_engine(f"sqlite:///{server.data_dir / 'cairn.db'}")
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                sa.text("SELECT data FROM events WHERE session_id = :s ORDER BY seq"), {"s": session_id}
-            ).all()
-    finally:
-        engine.dispose()
-    return [json.loads(row[0]) if isinstance(row[0], str) else dict(row[0]) for row in rows]
+    return [json.loads(data) for data in stored_log(f"sqlite:///{server.data_dir / 'cairn.db'}", session_id)]
 
 
 def test_a_restricted_session_reaches_only_its_domains(
