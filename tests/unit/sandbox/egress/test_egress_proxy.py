@@ -281,3 +281,24 @@ def drain(proxy: EgressProxy) -> list[EgressEvent]:
         return []
 
     return anyio.run(take)
+
+
+def test_a_sessions_bandwidth_is_paced_by_its_token_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cairn.sandbox.egress import proxy as proxy_module
+
+    waits: list[float] = []
+
+    async def record(delay: float) -> None:
+        waits.append(delay)
+
+    monkeypatch.setattr(proxy_module.asyncio, "sleep", record)
+    throttle = proxy_module._Throttle(1024)
+
+    async def spend() -> None:
+        for _ in range(3):
+            await throttle.spend(1024)
+
+    anyio.run(spend)
+    # The first second's worth is in the bucket; the next two KiB are owed. No time passes
+    # here (the sleeps are recorded, not slept), so the last wait is the whole debt: 2 s.
+    assert len(waits) == 2 and 1.9 <= waits[-1] <= 2.1
