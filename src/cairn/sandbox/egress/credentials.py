@@ -32,20 +32,28 @@ class WireSecret:
 
 @dataclass(frozen=True, slots=True)
 class SessionEgress:
-    """What the proxy knows of one session: its policy and its credentials."""
+    """What the proxy knows of one session: its policy and its credentials.
+
+    Each credential's hosts are parsed once, here: a malformed `allowed_hosts` entry is an
+    `InvalidRequestError` when the session's command starts, not a failure per connection.
+    """
 
     session_id: str
     policy: NetworkPolicy
     secrets: Sequence[WireSecret] = ()
+    _hosts: tuple[tuple[str, ...], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hosts", tuple(self._hosts_of(secret) for secret in self.secrets))
 
     def secrets_for(self, host: str) -> tuple[WireSecret, ...]:
         """The credentials allowed for `host` (normalized): the ones substituted there."""
         host = normalize_host(host)
-        return tuple(secret for secret in self.secrets if host_matches(host, self._hosts_of(secret)))
+        return tuple(secret for secret, hosts in zip(self.secrets, self._hosts) if host_matches(host, hosts))
 
     def _hosts_of(self, secret: WireSecret) -> tuple[str, ...]:
         if secret.allowed_hosts is not None:
-            return parse_domain_patterns(secret.allowed_hosts, param="allowed_hosts")
+            return parse_domain_patterns(secret.allowed_hosts, param=f"credential {secret.credential_id} allowed_hosts")
         if self.policy.access == "restricted":
             return self.policy.allowed_domains
         return ()

@@ -45,7 +45,7 @@ from cairn.sandbox.egress._relay import accepted_streams, connect, connect_socke
 from cairn.sandbox.egress.addresses import AddressGuard, IPAddress
 from cairn.sandbox.egress.ca import EgressCA
 from cairn.sandbox.egress.credentials import SessionEgress
-from cairn.sandbox.egress.policy import is_host_name, normalize_host, parse_domain_patterns
+from cairn.sandbox.egress.policy import host_matches, is_host_name, normalize_host, parse_domain_patterns
 from cairn.sandbox.egress.reports import EgressEvent, EgressReports
 from cairn.sandbox.egress.settings import EgressSettings
 from cairn.sandbox.egress.substitution import Substituter
@@ -300,7 +300,7 @@ class EgressProxy:
         if refusal is not None:
             raise Refused(refusal)
         addresses = [literal] if literal is not None else await self._resolve(host)
-        if host in self._allow_private:
+        if host_matches(host, self._allow_private):
             return addresses
         self._guard.refresh()  # reads /proc at most every 30 s; this is the proxy's own loop
         allowed = [address for address in addresses if self._guard.refusal(address) is None]

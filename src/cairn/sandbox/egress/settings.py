@@ -1,8 +1,8 @@
 """The operator's egress settings, read once from CAIRN_EGRESS_* variables.
 
-- `CAIRN_EGRESS_ALLOW_PRIVATE`: comma-separated host names the proxy may connect to even
-  though they resolve to private, loopback or host addresses (a company registry, a test
-  server). Names only, matched exactly; the session's policy still applies to them.
+- `CAIRN_EGRESS_ALLOW_PRIVATE`: comma-separated host names (or `*.suffix` patterns) the
+  proxy may connect to even though they resolve to private, loopback or host addresses (a
+  company registry, a test server); the session's policy still applies to them.
 - `CAIRN_EGRESS_MAX_CONNECTIONS`: open connections per session (default 64); one more is
   refused with 429.
 - `CAIRN_EGRESS_BANDWIDTH_BYTES_S`: bytes per second per session, both directions

@@ -112,3 +112,9 @@ def test_settings_from_the_environment() -> None:
                 {"CAIRN_EGRESS_HOSTS": "a.test=nowhere"}, {"CAIRN_EGRESS_BANDWIDTH_BYTES_S": "fast"}):
         with pytest.raises(InvalidRequestError):
             EgressSettings.from_env(bad)
+
+
+def test_a_credential_with_malformed_hosts_is_refused_when_its_session_is_admitted() -> None:
+    with pytest.raises(InvalidRequestError, match="wildcard") as error:
+        SessionEgress("s", NetworkPolicy("enabled"), (WireSecret("c9", "A", "ph", "v", ("api.*.test",)),))
+    assert error.value.param == "credential c9 allowed_hosts[0]"
