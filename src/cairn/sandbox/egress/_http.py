@@ -110,7 +110,10 @@ async def relay_requests(reader: asyncio.StreamReader, send: Send, substituter: 
 async def _relay_sized(
     reader: asyncio.StreamReader, send: Send, substituter: Substituter, head: RequestHead, length: int
 ) -> None:
-    if not substituter.is_active or length <= BUFFERED_BODY_MAX:
+    # A client that waits for `100 Continue` sends its body only once the head went out: its
+    # body streams (chunked) like a large one instead of being held for re-measuring.
+    waits_for_continue = (head.get("expect") or "").lower() == "100-continue"
+    if length <= BUFFERED_BODY_MAX and not waits_for_continue:
         body = substituter.replace_all(await reader.readexactly(length)) if length else b""
         await send(head.render(drop=("content-length",), add=(("Content-Length", str(len(body))),)) + body)
         return

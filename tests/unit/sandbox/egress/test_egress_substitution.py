@@ -87,6 +87,14 @@ def test_a_large_body_streams_as_chunked() -> None:
     assert out.endswith(b"the-real-secret\r\n0\r\n\r\n")
 
 
+def test_a_body_behind_100_continue_streams_as_chunked() -> None:
+    body = b"k=" + ALLOWED.placeholder.encode()
+    out = relay(b"PUT / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    head, rest = out.split(b"\r\n\r\n", 1)
+    assert b"Transfer-Encoding: chunked" in head and b"Content-Length" not in head
+    assert rest == b"%x\r\nk=the-real-secret\r\n0\r\n\r\n" % len(b"k=the-real-secret")
+
+
 @pytest.mark.parametrize(
     "raw",
     [
