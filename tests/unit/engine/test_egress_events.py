@@ -13,7 +13,7 @@ from cairn.engine.runtime import Runtime
 from cairn.engine.sessions import SessionService
 from cairn.engine.tools.shell import session_egress
 from cairn.errors import InvalidRequestError
-from cairn.sandbox.egress import EgressEvent, NetworkPolicy
+from cairn.sandbox.egress import EgressEvent, NetworkPolicy, WireSecret
 from cairn.store.events import read_events_after
 from cairn.store.sessions import list_tenants
 from tests.waits import until
@@ -63,6 +63,11 @@ async def test_the_shell_tool_hands_the_sandbox_the_sessions_policy(runtime: Run
     assert egress.policy == NetworkPolicy("restricted", ("api.example.com", "*.example.org"), ("x.example.org",))
     assert restricted.environment["network"]["allowed_domains"] == ["api.example.com", "*.example.org"]
     assert session_egress(offline) is None
+    # The execution's credentials travel with it; an unrestricted one goes to the allowed domains.
+    secret = WireSecret("cred_1", "API_KEY", "ph_api", "the-value", None)
+    with_secret = session_egress(restricted, [secret])
+    assert with_secret is not None and with_secret.secrets_for("api.example.com") == (secret,)
+    assert session_egress(offline, [secret]) is None
 
 
 async def test_a_malformed_network_is_refused_before_anything_is_stored(runtime: Runtime) -> None:

@@ -8,7 +8,7 @@ stored: up to `MAX_ITEM_OUTPUT` characters, so one noisy command cannot fill the
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from cairn.engine.tools.workspace import ShellArguments, parse_shell_arguments, 
 from cairn.errors import CairnError
 from cairn.models.base import ToolCall
 from cairn.sandbox.base import WORKSPACE_MOUNT, ExecRequest, SandboxBackend
-from cairn.sandbox.egress import NetworkPolicy, SessionEgress
+from cairn.sandbox.egress import NetworkPolicy, SessionEgress, WireSecret
 from cairn.store.sessions import SessionRecord
 
 __all__ = ["MAX_ITEM_OUTPUT", "ShellTool"]
@@ -91,11 +91,9 @@ class ShellTool(Tool):
         return CommandResult(output=output, exit_code=result.exit_code, duration_ms=int(result.duration_s * 1000))
 
 
-def session_egress(session: SessionRecord) -> SessionEgress | None:
-    """The session's network as the sandbox's egress proxy applies it; None without network.
-
-    The session's `environment_variable` credentials join it once the worker loads them
-    per execution (the secrets runtime's `WireSecret`s); until then none are substituted.
-    """
+def session_egress(session: SessionRecord, secrets: Sequence[WireSecret] = ()) -> SessionEgress | None:
+    """The session's network as the sandbox's egress proxy applies it, with the session's
+    `environment_variable` credentials (`secrets`, loaded for this execution); None without
+    network (then no credential goes anywhere)."""
     policy = NetworkPolicy.from_environment(session.environment.get("network"))
-    return None if policy is None else SessionEgress(session.id, policy)
+    return None if policy is None else SessionEgress(session.id, policy, tuple(secrets))

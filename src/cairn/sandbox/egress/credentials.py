@@ -3,8 +3,8 @@
 Sandbox code sees a placeholder in the credential's variable; the proxy puts the secret in
 its place on the wire, only in HTTPS requests to a host the credential is allowed for
 (`WireSecret.allowed_hosts`, or for an unrestricted credential the session's restricted
-`allowed_domains`). `WireSecret` mirrors the secrets runtime's (`cairn.engine.vaults.
-injection`, notes/secrets-egress-contract.md) field for field: the worker hands the
+`allowed_domains`). `WireSecret` is the one both sides use (notes/secrets-egress-contract.md; the secrets
+runtime in the engine imports it from here, the layer below it): the worker hands the
 proxy those of a session when it runs the session's commands, and the proxy keeps them in
 memory only.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from cairn.sandbox.egress.policy import NetworkPolicy, host_matches, normalize_host, parse_domain_patterns
 
@@ -28,6 +29,9 @@ class WireSecret:
     placeholder: str  # what sandbox code sees; holds nothing of the secret
     value: str = field(repr=False)  # the real secret, in memory only
     allowed_hosts: tuple[str, ...] | None  # None: unrestricted (then the session's allowed_domains)
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a wire secret is never serialized")
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,3 +118,10 @@ def test_a_credential_with_malformed_hosts_is_refused_when_its_session_is_admitt
     with pytest.raises(InvalidRequestError, match="wildcard") as error:
         SessionEgress("s", NetworkPolicy("enabled"), (WireSecret("c9", "A", "ph", "v", ("api.*.test",)),))
     assert error.value.param == "credential c9 allowed_hosts[0]"
+
+
+def test_a_wire_secret_is_never_serialized() -> None:
+    import pickle
+
+    with pytest.raises(TypeError, match="never serialized"):
+        pickle.dumps(WireSecret("c1", "A", "ph", "v", None))
