@@ -81,7 +81,7 @@ ROOTFS_ISOLATION = {
     ),
     "network": (
         "own network namespace with loopback only; commands of sessions that enable network are "
-        "refused (network goes through Cairn's egress proxy, which needs bwrap session containers)"
+        "refused (network goes through Cairn's egress proxy, which needs bwrap)"
     ),
     "processes": "own pid, ipc, uts and cgroup namespaces; host processes are invisible",
 }

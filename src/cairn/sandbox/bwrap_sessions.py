@@ -54,6 +54,7 @@ from cairn.sandbox._account import SandboxAccount, resolve_sandbox_account
 from cairn.sandbox._cgroups import discover_cgroups
 from cairn.sandbox._containment import CommandContainment, Containment
 from cairn.sandbox._env import DEFAULT_PATH, command_env
+from cairn.sandbox._launch import Handoff
 from cairn.sandbox._launcher.landlock import SCOPING_ABI, abi_version
 from cairn.sandbox._launcher.spec import PASSED_FD
 from cairn.sandbox._launcher.syscalls import reconfigure_mount
@@ -69,11 +70,8 @@ from cairn.sandbox.bwrap import (
     locate_bwrap,
     workspace_argv,
 )
-from cairn.sandbox.egress.ca import EgressCA
 from cairn.sandbox.egress.netns import listen_in_namespace
-from cairn.sandbox.egress.proxy import EgressProxy
-from cairn.sandbox.egress.settings import EgressSettings
-from cairn.sandbox.egress.trust import CA_DIR, SYSTEM_BUNDLE, proxy_env, trust_files
+from cairn.sandbox.egress.trust import proxy_env
 
 if TYPE_CHECKING:
     from cairn.sandbox._launcher.spec import LaunchSpec
@@ -98,8 +96,6 @@ class SessionBwrapBackend(BwrapBackend):
     """bwrap with one container per session workspace and network setting that every
     command joins; see the module docstring."""
 
-    capabilities = frozenset({*BwrapBackend.capabilities, "egress"})
-
     def __init__(
         self,
         *,
@@ -115,8 +111,6 @@ class SessionBwrapBackend(BwrapBackend):
             bwrap=bwrap, account=account, containment=containment, file_perms=file_perms
         )
         self._landlock_abi = landlock_abi
-        self._egress: EgressProxy | None = None
-        self._egress_sessions: dict[str, str] = {}  # workspace -> session with network
         self._tmpfs_argv = [
             "--size", str(TMP_BYTES), "--tmpfs", "/tmp",
             "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
@@ -134,26 +128,10 @@ class SessionBwrapBackend(BwrapBackend):
             "a Landlock domain of its own and a fresh ipc and cgroup namespace"
         )
 
-    def use_egress(self, proxy: EgressProxy) -> None:
-        self._egress = proxy
-
-    @property
-    def egress(self) -> EgressProxy:
-        """The proxy sandboxes with network go through: the operator's (`use_egress`), or
-        one with default settings and a CA in memory, made on first use."""
-        if self._egress is None:
-            self._egress = EgressProxy(EgressSettings(), EgressCA.ephemeral())
-        return self._egress
-
     @property
     def isolation(self) -> Mapping[str, str]:
         return {
             **super().isolation,
-            "network": (
-                "own network namespace per container, loopback only; a session with network reaches "
-                "the outside only through Cairn's egress proxy (a program ignoring it reaches nothing)"
-            ),
-            "egress": self.egress.description,
             "filesystem": (
                 "only the workspace (read-write at /workspace), /tmp and /dev/shm are "
                 f"writable; {self._tmp_note}; /usr and selected /etc files (copied when the "
@@ -169,9 +147,7 @@ class SessionBwrapBackend(BwrapBackend):
 
     async def release_workspace(self, workspace: Path) -> None:
         self._containers.release(str(workspace))
-        session_id = self._egress_sessions.pop(str(workspace), None)
-        if session_id is not None:
-            self.egress.forget(session_id)
+        await super().release_workspace(workspace)
 
     @asynccontextmanager
     async def _container(
@@ -179,10 +155,7 @@ class SessionBwrapBackend(BwrapBackend):
     ) -> AsyncIterator[int | None]:
         key = ContainerKey(workspace=str(request.workspace), network=request.network)
         if request.egress is not None:
-            # The proxy learns the session's current policy and credentials before any
-            # command of it can connect.
-            self.egress.admit(request.egress)
-            self._egress_sessions[key.workspace] = request.egress.session_id
+            self._admit(request)
             key = ContainerKey(key.workspace, network=True, session_id=request.egress.session_id)
         async with self._containers.lease(key, identity) as init_pidfd:
             yield init_pidfd
@@ -195,8 +168,12 @@ class SessionBwrapBackend(BwrapBackend):
         )
         return ["/bin/sh", "-c", request.command], env, WORKSPACE_MOUNT
 
-    def _files(self) -> list[tuple[int, str | bytes]]:
+    def _files(self, request: ExecRequest) -> list[tuple[int, str | bytes]]:
         return []  # the container got its /etc files when it started
+
+    @asynccontextmanager
+    async def _handoff(self, request: ExecRequest) -> AsyncIterator[Handoff | None]:
+        yield None  # the container's door to the proxy was opened when it started
 
     def _spec(
         self, request: ExecRequest, contained: CommandContainment, scratch: Path | None
@@ -263,20 +240,6 @@ class SessionBwrapBackend(BwrapBackend):
         finally:
             os.close(info_read)
         return SessionContainer(monitor, init_pidfd, identity, on_close=close_door)
-
-    def _trust_argv(self) -> tuple[list[str], list[tuple[int, str | bytes]]]:
-        """The bwrap options and files that make a container trust Cairn's CA (blocking)."""
-        files, system_bundle = trust_files(self.egress.ca)
-        number = max((fd for fd, _ in self._etc_files), default=9) + 1
-        argv = ["--dir", CA_DIR]
-        handed: list[tuple[int, str | bytes]] = []
-        for path, content in files.items():
-            argv += ["--perms", "0444", "--file", str(number + len(handed)), path]
-            handed.append((number + len(handed), content))
-        if system_bundle is not None:
-            argv += ["--ro-bind-data", str(number + len(handed)), SYSTEM_BUNDLE]
-            handed.append((number + len(handed), system_bundle))
-        return argv, handed
 
     def _open_egress(self, key: ContainerKey, init_pidfd: int) -> Callable[[], None] | None:
         """For a container with network: the proxy's listener in its namespace, served as

@@ -51,7 +51,7 @@ def _egress_mode(backend: SandboxBackend) -> str:
     if "isolation" not in backend.capabilities:
         return "NONE: commands with network use the host's network directly (unconfined)"
     if "egress" not in backend.capabilities:
-        return "no network: commands of sessions with network are refused (the proxy needs bwrap session containers)"
+        return "no network: commands of sessions with network are refused (the egress proxy needs bwrap)"
     return "proxy: every enabled or restricted network goes through Cairn's egress proxy (see isolation: egress)"
 
 

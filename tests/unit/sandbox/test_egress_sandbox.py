@@ -1,4 +1,4 @@
-"""Egress from real bwrap session containers: with network on, a sandbox still reaches
+"""Egress from real bwrap sandboxes (both forms): with network on, a sandbox still reaches
 nothing of the host or of private networks, reaches allowed destinations only through
 Cairn's proxy, and has its credentials substituted on the wire by the proxy alone.
 
@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from cairn.errors import SandboxError
 from cairn.sandbox import ExecRequest, testing
+from cairn.sandbox.bwrap import BwrapBackend
 from cairn.sandbox.bwrap_sessions import SessionBwrapBackend, detect_bwrap
 from cairn.sandbox.doctor import describe_host
 from cairn.sandbox.egress import EgressCA, EgressProxy, EgressSettings, NetworkPolicy, SessionEgress, WireSecret
@@ -44,13 +46,15 @@ def plain_upstream() -> Iterator[LocalUpstream]:
         yield upstream
 
 
-@pytest.fixture(scope="module")
-def backend(tls_upstream: LocalUpstream) -> Iterator[SessionBwrapBackend]:
+@pytest.fixture(scope="module", params=["session containers", "per command"])
+def backend(request: pytest.FixtureRequest, tls_upstream: LocalUpstream) -> Iterator[BwrapBackend]:
+    """bwrap in both forms: the proxy's door opens when a session container starts, or for
+    each command of the per-command form."""
     try:
-        backend = detect_bwrap(session_containers=True)
-    except Exception as exc:  # noqa: BLE001 - any reason the host cannot run them is a skip
-        pytest.skip(f"bwrap session containers do not work here: {exc}")
-    assert isinstance(backend, SessionBwrapBackend)
+        backend = detect_bwrap(session_containers=request.param == "session containers")
+    except SandboxError as exc:
+        pytest.skip(f"bwrap ({request.param}) does not work here: {exc.message}")
+    assert isinstance(backend, SessionBwrapBackend) == (request.param == "session containers")
     settings = EgressSettings(
         allow_private=frozenset(NAMES),
         hosts={**{name: "127.0.0.1" for name in NAMES}, "evil.test": "127.0.0.1"},
@@ -69,7 +73,7 @@ def workspace_root() -> Iterator[Path]:
 
 
 async def run(
-    backend: SessionBwrapBackend, workspace: Path, command: str, egress: SessionEgress | None,
+    backend: BwrapBackend, workspace: Path, command: str, egress: SessionEgress | None,
     env: dict[str, str] | None = None,
 ) -> str:
     chunks: list[bytes] = []
@@ -96,7 +100,7 @@ def enabled(session_id: str, *secrets: WireSecret) -> SessionEgress:
 
 
 async def test_with_network_the_host_and_private_ranges_stay_out_of_reach(
-    backend: SessionBwrapBackend, workspace_root: Path, plain_upstream: LocalUpstream
+    backend: BwrapBackend, workspace_root: Path, plain_upstream: LocalUpstream
 ) -> None:
     workspace = await testing.new_workspace(workspace_root, backend)
     own = sorted(str(a) for a in host_addresses() if a.version == 4 and not a.is_loopback)
@@ -123,7 +127,7 @@ async def test_with_network_the_host_and_private_ranges_stay_out_of_reach(
 
 
 async def test_a_program_that_ignores_the_proxy_reaches_nothing(
-    backend: SessionBwrapBackend, workspace_root: Path, plain_upstream: LocalUpstream
+    backend: BwrapBackend, workspace_root: Path, plain_upstream: LocalUpstream
 ) -> None:
     workspace = await testing.new_workspace(workspace_root, backend)
     before = len(plain_upstream.received)
@@ -150,7 +154,7 @@ async def test_a_program_that_ignores_the_proxy_reaches_nothing(
 
 
 async def test_restricted_allows_exactly_its_domains_minus_the_blocked(
-    backend: SessionBwrapBackend, workspace_root: Path, plain_upstream: LocalUpstream
+    backend: BwrapBackend, workspace_root: Path, plain_upstream: LocalUpstream
 ) -> None:
     workspace = await testing.new_workspace(workspace_root, backend)
     policy = NetworkPolicy("restricted", allowed_domains=(API, "*.allowed.test"), blocked_domains=("blocked.allowed.test",))
@@ -163,7 +167,7 @@ async def test_restricted_allows_exactly_its_domains_minus_the_blocked(
 
 
 async def test_credentials_are_substituted_only_for_their_hosts(
-    backend: SessionBwrapBackend, workspace_root: Path, tls_upstream: LocalUpstream, caplog: pytest.LogCaptureFixture
+    backend: BwrapBackend, workspace_root: Path, tls_upstream: LocalUpstream, caplog: pytest.LogCaptureFixture
 ) -> None:
     workspace = await testing.new_workspace(workspace_root, backend)
     shutil.copy(tls_upstream.ca_file, workspace / "upstream-ca.pem")
