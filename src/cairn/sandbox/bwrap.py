@@ -178,9 +178,7 @@ class BwrapBackend(LaunchedBackend):
     def _command(
         self, request: ExecRequest, scratch: Path | None
     ) -> tuple[list[str], dict[str, str], str]:
-        env = command_env(
-            home=SANDBOX_HOME, user=SANDBOX_USER, session_env={**(proxy_env() if request.network else {}), **request.env}
-        )
+        env = self._command_env(request)
         argv = [*self._fixed_argv, "--tmpfs", "/tmp"]
         if request.network:
             argv += [*self._trust_argv()[0], "--info-fd", str(PASSED_FD), "--block-fd", str(PASSED_FD + 1)]
@@ -191,6 +189,11 @@ class BwrapBackend(LaunchedBackend):
         # bwrap's pid 1 inside keeps this environment (readable in /proc/1/environ there),
         # so it is minimal, and it starts in `/`, not in the server's working directory.
         return argv, {"PATH": DEFAULT_PATH}, "/"
+
+    def _command_env(self, request: ExecRequest) -> dict[str, str]:
+        """A command's environment: with network, the proxy's variables under the session's."""
+        session_env = {**proxy_env(), **request.env} if request.network else request.env
+        return command_env(home=SANDBOX_HOME, user=SANDBOX_USER, session_env=session_env)
 
     def _files(self, request: ExecRequest) -> list[tuple[int, str | bytes]]:
         return [*self._etc_files, *(self._trust_argv()[1] if request.network else [])]

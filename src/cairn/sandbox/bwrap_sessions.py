@@ -53,12 +53,11 @@ from cairn.errors import SandboxError
 from cairn.sandbox._account import SandboxAccount, resolve_sandbox_account
 from cairn.sandbox._cgroups import discover_cgroups
 from cairn.sandbox._containment import CommandContainment, Containment
-from cairn.sandbox._env import DEFAULT_PATH, command_env
+from cairn.sandbox._env import DEFAULT_PATH
 from cairn.sandbox._launch import Handoff
 from cairn.sandbox._launcher.landlock import SCOPING_ABI, abi_version
 from cairn.sandbox._launcher.spec import PASSED_FD
 from cairn.sandbox._launcher.syscalls import reconfigure_mount
-from cairn.sandbox._rootfs import SANDBOX_HOME, SANDBOX_USER
 from cairn.sandbox._session_containers import ContainerKey, SessionContainer, SessionContainers
 from cairn.sandbox._workspace import WorkspaceIdentity, hand_over_workspace, workspace_identity
 from cairn.sandbox.base import WORKSPACE_MOUNT, ExecRequest
@@ -71,7 +70,6 @@ from cairn.sandbox.bwrap import (
     workspace_argv,
 )
 from cairn.sandbox.egress.netns import listen_in_namespace
-from cairn.sandbox.egress.trust import proxy_env
 
 if TYPE_CHECKING:
     from cairn.sandbox._launcher.spec import LaunchSpec
@@ -163,10 +161,7 @@ class SessionBwrapBackend(BwrapBackend):
     def _command(
         self, request: ExecRequest, scratch: Path | None
     ) -> tuple[list[str], dict[str, str], str]:
-        env = command_env(
-            home=SANDBOX_HOME, user=SANDBOX_USER, session_env={**(proxy_env() if request.network else {}), **request.env}
-        )
-        return ["/bin/sh", "-c", request.command], env, WORKSPACE_MOUNT
+        return ["/bin/sh", "-c", request.command], self._command_env(request), WORKSPACE_MOUNT
 
     def _files(self, request: ExecRequest) -> list[tuple[int, str | bytes]]:
         return []  # the container got its /etc files when it started
