@@ -47,6 +47,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from cairn._concurrency import run_sync
+from cairn.config import EgressSettings
 from cairn.errors import SandboxError
 from cairn.sandbox._account import SandboxAccount, resolve_sandbox_account
 from cairn.sandbox._cgroups import discover_cgroups
@@ -67,7 +68,6 @@ from cairn.sandbox.base import WORKSPACE_MOUNT, ExecRequest
 from cairn.sandbox.egress.ca import EgressCA
 from cairn.sandbox.egress.netns import listen_in_namespace
 from cairn.sandbox.egress.proxy import EgressProxy
-from cairn.sandbox.egress.settings import EgressSettings
 from cairn.sandbox.egress.trust import CA_DIR, SYSTEM_BUNDLE, proxy_env, trust_files
 
 __all__ = ["PER_COMMAND", "BwrapBackend", "bwrap_usage", "locate_bwrap", "workspace_argv"]

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from functools import partial
 from urllib.parse import urlsplit, urlunsplit
 
+from cairn.config import EgressSettings
 from cairn.sandbox.egress._http import HttpError, RequestHead, relay_requests
 from cairn.sandbox.egress._relay import accepted_streams, connect, connect_socket, pump, receive_head, run_both, splice
 from cairn.sandbox.egress.addresses import AddressGuard, IPAddress
@@ -47,7 +48,6 @@ from cairn.sandbox.egress.ca import EgressCA
 from cairn.sandbox.egress.credentials import SessionEgress
 from cairn.sandbox.egress.policy import host_matches, is_host_name, normalize_host, parse_domain_patterns
 from cairn.sandbox.egress.reports import EgressEvent, EgressReports
-from cairn.sandbox.egress.settings import EgressSettings
 from cairn.sandbox.egress.substitution import Substituter
 
 __all__ = ["EgressProxy", "Refused"]

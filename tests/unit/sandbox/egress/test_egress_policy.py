@@ -6,10 +6,10 @@ import ipaddress
 
 import pytest
 
+from cairn.config import EgressSettings
 from cairn.errors import InvalidRequestError
 from cairn.sandbox.egress import NetworkPolicy, SessionEgress, WireSecret, parse_domain_patterns
 from cairn.sandbox.egress.addresses import AddressGuard, host_addresses
-from cairn.sandbox.egress.settings import EgressSettings
 
 
 def test_patterns_are_normalized() -> None:
