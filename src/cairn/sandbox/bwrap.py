@@ -230,9 +230,13 @@ class BwrapBackend(LaunchedBackend):
             info_theirs.close()  # the fork server has its own copies by now
             block_theirs.close()
             close_door = await run_sync(self._open_door, info, session_id)
-            if close_door is not None:
-                closers.append(close_door)
-            block.send(b"go")
+            if close_door is None:
+                return  # bwrap ended without a sandbox: supervising it reports why
+            closers.append(close_door)
+            try:
+                block.send(b"go")
+            except BrokenPipeError as exc:
+                raise SandboxError("the sandbox ended before its command could start") from exc
 
         try:
             yield Handoff((info_theirs.fileno(), block_theirs.fileno()), started)
