@@ -34,6 +34,7 @@ from cairn.models.registry import check_model_name, resolve_model
 from cairn.operator import LoadedAgents, load_agents
 from cairn.redaction import redacted_log_records
 from cairn.sandbox import select_backend
+from cairn.sandbox.egress import EgressCA, EgressProxy
 from cairn.snapshots import SnapshotStore, SnapshotStoreConfig, open_snapshot_store
 from cairn.store.db import Database
 from cairn.store.jobs import has_claimable_job
@@ -83,6 +84,9 @@ def build_runtime(settings: Settings, db: Database, agents: LoadedAgents | None 
     """Every long-lived collaborator of the engine, over an open database; `agents` when the
     caller loaded them already (the CLI, to report a bad `--agents` before serving)."""
     sandbox = select_backend(settings.sandbox)
+    # One egress proxy per process, with the data dir's CA (docs/security.md, "Egress").
+    egress = EgressProxy(settings.egress, EgressCA.load_or_create(settings.data_dir))
+    sandbox.use_egress(egress)
     notifier = Notifier()
     journal = Journal(db, notifier)
     if agents is None:
@@ -107,6 +111,7 @@ def build_runtime(settings: Settings, db: Database, agents: LoadedAgents | None 
         # A call that its agent says needs a person's approval waits for one (docs/approvals.md).
         tool_policies=ToolPolicies(gate=ApprovalGate(journal, agents, settings, sealer, reserve=ledger), reserve=ledger),
         agents=agents,
+        egress=egress,
     )
 
 

@@ -214,7 +214,7 @@ def _demo(args: argparse.Namespace) -> None:
 def _doctor(settings: Settings) -> None:
     from cairn.sandbox.doctor import describe_host
 
-    print(describe_host(settings.sandbox))
+    print(describe_host(settings.sandbox, settings.egress))
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 from collections.abc import Mapping
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from cairn.errors import InvalidRequestError
 
-__all__ = ["Settings", "check_seconds"]
+__all__ = ["EgressSettings", "Settings", "check_seconds"]
 
 
 def check_seconds(value: float, name: str) -> float:
@@ -18,6 +19,83 @@ def check_seconds(value: float, name: str) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise InvalidRequestError(f"{name} must be a number of seconds, 0 or more (got {value})", param=name)
     return value
+
+
+def _host_name(value: str) -> str:
+    return value.strip().rstrip(".").lower()
+
+
+_EGRESS_MAX_CONNECTIONS = 64
+_EGRESS_INTERCEPT_PORTS = (443, 8443)
+
+
+@dataclass(frozen=True, slots=True)
+class EgressSettings:
+    """The sandbox egress proxy's settings (docs/security.md, "Egress"); from CAIRN_EGRESS_*:
+
+    - `CAIRN_EGRESS_ALLOW_PRIVATE`: comma-separated host names (or `*.suffix` patterns) the
+      proxy may connect to even though they resolve to private, loopback or host addresses (a
+      company registry, a test server); the session's policy still applies to them.
+    - `CAIRN_EGRESS_MAX_CONNECTIONS`: open connections per session (default 64); one more is
+      refused with 429.
+    - `CAIRN_EGRESS_BANDWIDTH_BYTES_S`: bytes per second per session, both directions
+      together (default: unlimited).
+    - `CAIRN_EGRESS_INTERCEPT_PORTS`: the ports on which HTTPS to a host with credentials is
+      intercepted to substitute them (default `443,8443`).
+    - `CAIRN_EGRESS_HOSTS` (tests): `name=address,...`, answers the proxy's name resolution
+      with these addresses instead of DNS for the names given.
+    - `CAIRN_EGRESS_UPSTREAM_CA` (tests): a PEM file of extra CAs the proxy trusts when it
+      re-encrypts an intercepted connection to the real host.
+    """
+
+    allow_private: frozenset[str] = frozenset()
+    max_connections: int = _EGRESS_MAX_CONNECTIONS
+    bandwidth_bytes_s: int | None = None
+    intercept_ports: tuple[int, ...] = _EGRESS_INTERCEPT_PORTS
+    hosts: Mapping[str, str] = field(default_factory=dict)
+    upstream_ca: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_connections < 1:
+            raise InvalidRequestError("CAIRN_EGRESS_MAX_CONNECTIONS must be 1 or more", param="CAIRN_EGRESS_MAX_CONNECTIONS")
+        if self.bandwidth_bytes_s is not None and self.bandwidth_bytes_s < 1024:
+            raise InvalidRequestError(
+                "CAIRN_EGRESS_BANDWIDTH_BYTES_S must be 1024 or more", param="CAIRN_EGRESS_BANDWIDTH_BYTES_S"
+            )
+        for name, address in self.hosts.items():
+            try:
+                ipaddress.ip_address(address)
+            except ValueError as exc:
+                raise InvalidRequestError(
+                    f"CAIRN_EGRESS_HOSTS: {name}={address} is not an IP address", param="CAIRN_EGRESS_HOSTS"
+                ) from exc
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> EgressSettings:
+        def names(value: str) -> list[str]:
+            return [_host_name(part) for part in value.split(",") if part.strip()]
+
+        hosts: dict[str, str] = {}
+        for entry in environ.get("CAIRN_EGRESS_HOSTS", "").split(","):
+            if not entry.strip():
+                continue
+            name, sep, address = entry.partition("=")
+            if not sep:
+                raise InvalidRequestError(f"CAIRN_EGRESS_HOSTS: {entry!r} is not name=address", param="CAIRN_EGRESS_HOSTS")
+            hosts[_host_name(name)] = address.strip()
+        ports = environ.get("CAIRN_EGRESS_INTERCEPT_PORTS")
+        try:
+            bandwidth = environ.get("CAIRN_EGRESS_BANDWIDTH_BYTES_S")
+            return cls(
+                allow_private=frozenset(names(environ.get("CAIRN_EGRESS_ALLOW_PRIVATE", ""))),
+                max_connections=int(environ.get("CAIRN_EGRESS_MAX_CONNECTIONS", _EGRESS_MAX_CONNECTIONS)),
+                bandwidth_bytes_s=int(bandwidth) if bandwidth else None,
+                intercept_ports=tuple(int(port) for port in ports.split(",")) if ports else _EGRESS_INTERCEPT_PORTS,
+                hosts=hosts,
+                upstream_ca=Path(environ["CAIRN_EGRESS_UPSTREAM_CA"]) if environ.get("CAIRN_EGRESS_UPSTREAM_CA") else None,
+            )
+        except ValueError as exc:
+            raise InvalidRequestError(f"an egress setting is not a number: {exc}", param="CAIRN_EGRESS") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +169,8 @@ class Settings:
     openai_api: str = "responses"
     # The operator's agents: MODULE:ATTR of a `cairn.AgentRegistry` (`--agents`), or None.
     agents: str | None = None
+    # The sandbox egress proxy (CAIRN_EGRESS_*; docs/security.md, "Egress").
+    egress: EgressSettings = field(default_factory=EgressSettings)
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -189,6 +269,7 @@ class Settings:
                 run_state_ttl_completed_s=float(environ.get("CAIRN_RUN_STATE_TTL_COMPLETED_S", self.run_state_ttl_completed_s)),
                 run_state_ttl_expired_s=float(environ.get("CAIRN_RUN_STATE_TTL_EXPIRED_S", self.run_state_ttl_expired_s)),
                 sealed_sweep_interval_s=float(environ.get("CAIRN_SEALED_SWEEP_INTERVAL_S", self.sealed_sweep_interval_s)),
+                egress=EgressSettings.from_env(environ) if any(k.startswith("CAIRN_EGRESS_") for k in environ) else self.egress,
             )
         except ValueError as exc:
             raise InvalidRequestError(f"bad CAIRN_* setting: {exc}") from exc

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from cairn.api.text import describe_control
+from cairn.errors import InvalidRequestError
+from cairn.sandbox.egress import NetworkPolicy
 
 __all__ = [
     "ApproveBody",
@@ -149,9 +151,14 @@ class Network(StrictBody):
     blocked_domains: list[str] | None = None
 
     @model_validator(mode="after")
-    def _no_restricted(self) -> Network:
-        if self.access == "restricted":
-            raise ValueError("network access 'restricted' (domain lists) is not supported; use 'enabled' or 'disabled'")
+    def _valid_policy(self) -> Network:
+        """The domain lists parse, and fit the access (the egress proxy's rules: `NetworkPolicy`)."""
+        if self.access == "disabled" and (self.allowed_domains or self.blocked_domains):
+            raise ValueError("domain lists need network access 'restricted' (or 'enabled' for blocked_domains)")
+        try:
+            NetworkPolicy.from_environment(self.model_dump())
+        except InvalidRequestError as exc:
+            raise ValueError(f"{exc.param}: {exc.message}") from exc
         return self
 
 

@@ -16,6 +16,7 @@ from cairn.models.base import Model
 from cairn.operator import LoadedAgents
 from cairn.redaction import SessionRedactors
 from cairn.sandbox.base import SandboxBackend
+from cairn.sandbox.egress import EgressProxy
 from cairn.store.db import Database
 
 __all__ = ["Runtime"]
@@ -40,6 +41,8 @@ class Runtime:
     tool_policies: ToolPolicies = field(default_factory=ToolPolicies)
     # The operator's registered agents (`--agents MODULE:ATTR`); none by default.
     agents: LoadedAgents = field(default_factory=LoadedAgents)
+    # The proxy sandboxes with network go through; its reports go to the sessions' logs.
+    egress: EgressProxy | None = None
 
     @property
     def redactors(self) -> SessionRedactors:

@@ -29,6 +29,7 @@ from cairn.engine.vaults.injection import check_session_env, open_credentials
 from cairn.errors import CairnMisuseError, ConflictError, InvalidRequestError, NotFoundError
 from cairn.ids import new_environment_id, new_session_id, new_turn_id
 from cairn.sandbox.base import SandboxBackend
+from cairn.sandbox.egress import NetworkPolicy
 from cairn.states import ApprovalReason, EnvironmentStatus, ItemStatus, SessionStatus, TurnStatus
 from cairn.store.approvals import Decider, close_approvals
 from cairn.store.db import Connection
@@ -78,7 +79,7 @@ def _environment_view(environment: Mapping[str, Any], environment_id: str, sandb
             {"type": "inline", "id": f"file_{i}", "path": f["path"], "size_bytes": len(f.get("data", "")) * 3 // 4}
             for i, f in enumerate(environment.get("files") or [])
         ],
-        "network": {"access": network.get("access", "disabled"), "allowed_domains": network.get("allowed_domains") or []},
+        "network": _network_view(network),
         "packages": {"npm": [], "python": [], "system": []},
         "plugins": [],
         "skills": [],
@@ -97,6 +98,17 @@ async def _check_vaults(conn: Connection, tenant: str, vault_ids: Sequence[str])
     missing = [v for v in vault_ids if v not in found]
     if missing:
         raise InvalidRequestError(f"vault_ids: no vault found with id '{missing[0]}'", param="vault_ids")
+def _network_view(network: Mapping[str, Any]) -> dict[str, Any]:
+    """`environment.network` as stored and shown: the domain lists normalized (a malformed one
+    is a 400 here), `blocked_domains` only when there are some (spec §3.5 shows access and
+    allowed_domains; the egress proxy needs the blocked ones too)."""
+    policy = NetworkPolicy.from_environment(dict(network))
+    if policy is None:
+        return {"access": "disabled", "allowed_domains": []}
+    view: dict[str, Any] = {"access": policy.access, "allowed_domains": list(policy.allowed_domains)}
+    if policy.blocked_domains:
+        view["blocked_domains"] = list(policy.blocked_domains)
+    return view
 
 
 class SessionService:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from cairn.errors import SandboxError
+from cairn.errors import CairnMisuseError, SandboxError
 from cairn.sandbox import _launcher
 from cairn.sandbox._env import DEFAULT_PATH
 from cairn.sandbox._launcher.forkserver import JOIN
@@ -75,12 +75,13 @@ class ForkServer:
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(
-        self, spec: LaunchSpec, passed_fd: int | None = None, *, joins: bool = False
+        self, spec: LaunchSpec, passed_fd: int | None = None, *, joins: bool = False, next_fd: int | None = None
     ) -> ForkedCommand:
         """Hand `spec` to the fork server; the command's pid arrives via `ForkedCommand.started`.
 
         `passed_fd` (a copy of it; the caller keeps its own) reaches the launcher as
-        `PASSED_FD`; with `joins` it is a container init's pidfd, and the command is
+        `PASSED_FD`, and `next_fd` (with a `passed_fd` only) as `PASSED_FD + 1`; with
+        `joins` `passed_fd` is a container init's pidfd, and the command is
         forked into that init's pid namespace (`_launcher/forkserver.py`). Blocking only
         for a few system calls (and, the first time, for starting the fork server).
         Raises `SandboxError` if the fork server cannot be reached.
@@ -91,7 +92,9 @@ class ForkServer:
         try:
             os.write(spec_fd, marshal.dumps(dict(spec)))
             os.lseek(spec_fd, 0, os.SEEK_SET)
-            passed = [] if passed_fd is None else [passed_fd]
+            passed = [fd for fd in (passed_fd, next_fd) if fd is not None]
+            if next_fd is not None and passed_fd is None:
+                raise CairnMisuseError("next_fd needs a passed_fd")
             fds = array.array("i", [spec_fd, output_write, theirs.fileno(), *passed])
             with self._lock:
                 control = self._running()

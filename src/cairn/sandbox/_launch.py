@@ -12,8 +12,9 @@ are in `_launcher/main.py`.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -30,9 +31,19 @@ from cairn.sandbox.base import ExecRequest, ExecResult, OutputSink, ResourceLimi
 if TYPE_CHECKING:
     from cairn.sandbox._launcher.spec import Landlock, LaunchSpec, Rootfs
 
-__all__ = ["LaunchedBackend"]
+__all__ = ["Handoff", "LaunchedBackend"]
 
 _PROBE_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """Two descriptors the launched program inherits (at `PASSED_FD` and `PASSED_FD + 1`)
+    and what to do once it started, before it is supervised: bwrap's per-command egress
+    door (`bwrap.py`)."""
+
+    fds: tuple[int, int]
+    started: Callable[[], Awaitable[None]]
 
 
 class LaunchedBackend(SandboxBackend):
@@ -52,7 +63,7 @@ class LaunchedBackend(SandboxBackend):
     ) -> tuple[list[str], dict[str, str], str]:
         """argv, environment and working directory of the process the launcher execs."""
 
-    def _files(self) -> list[tuple[int, str | bytes]]:
+    def _files(self, request: ExecRequest) -> list[tuple[int, str | bytes]]:
         """Descriptors the launched program inherits (`LaunchSpec.files`); by default none."""
         return []
 
@@ -75,6 +86,12 @@ class LaunchedBackend(SandboxBackend):
         receives as `PASSED_FD`), held for the command's whole life; by default none."""
         yield None
 
+    @asynccontextmanager
+    async def _handoff(self, request: ExecRequest) -> AsyncIterator[Handoff | None]:
+        """What a command that joins no container is handed besides its spec, held for its
+        whole life; by default nothing."""
+        yield None
+
     @property
     def limits_in_force(self) -> Mapping[str, str]:
         return self._containment.limits_in_force()
@@ -88,13 +105,30 @@ class LaunchedBackend(SandboxBackend):
         await run_sync(hand_over_workspace, workspace, self._account)
 
     async def exec(self, request: ExecRequest, on_output: OutputSink) -> ExecResult:
+        if request.network and "isolation" in self.capabilities and "egress" not in self.capabilities:
+            # Fail closed: without the proxy, network would mean the host's own network.
+            raise SandboxError(
+                f"the {self.name} backend cannot give commands network access: that needs Cairn's egress "
+                "proxy, which needs the bwrap backend (see `cairn doctor`)",
+                code="network_unavailable",
+            )
         async with (
             self._containment.command(request.limits, request.workspace) as contained,
             self._scratch() as scratch,
             self._container(request, contained.workspace) as container,
+            self._handoff(request) as handoff,
         ):
             spec = self._spec(request, contained, scratch)
-            command = self._forks.start(spec, container, joins=container is not None)
+            if handoff is None:
+                command = self._forks.start(spec, container, joins=container is not None)
+            else:
+                command = self._forks.start(spec, handoff.fds[0], next_fd=handoff.fds[1])
+                try:
+                    await handoff.started()
+                except BaseException:
+                    command.kill()
+                    command.close()
+                    raise
             return await run_supervised(
                 command,
                 timeout_s=request.timeout_s,
@@ -117,7 +151,7 @@ class LaunchedBackend(SandboxBackend):
             "user": None if self._account is None else (self._account.uid, self._account.gid),
             "network": request.network,
             "seccomp": self.seccomp,
-            "files": self._files(),
+            "files": self._files(request),
             "rootfs": rootfs,
             "landlock": landlock,
             "join": None,

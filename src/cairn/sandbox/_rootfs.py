@@ -80,8 +80,8 @@ ROOTFS_ISOLATION = {
         "selected /etc files are read-only; the rest of the host filesystem is absent"
     ),
     "network": (
-        "none by default (own network namespace, loopback only); a session that enables network "
-        "shares the host's network, including its loopback"
+        "own network namespace with loopback only; commands of sessions that enable network are "
+        "refused (network goes through Cairn's egress proxy, which needs bwrap)"
     ),
     "processes": "own pid, ipc, uts and cgroup namespaces; host processes are invisible",
 }

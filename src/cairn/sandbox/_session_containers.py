@@ -49,6 +49,8 @@ _STARTS = 2
 class ContainerKey:
     workspace: str  # host path
     network: bool
+    # With network: the session whose connections the container's egress door carries.
+    session_id: str = ""
 
 
 class SessionContainer:
@@ -56,11 +58,16 @@ class SessionContainer:
     process whose namespaces commands join (a pidfd, so a recycled pid is never joined)."""
 
     def __init__(
-        self, monitor: ForkedCommand, init_pidfd: int, identity: WorkspaceIdentity
+        self,
+        monitor: ForkedCommand,
+        init_pidfd: int,
+        identity: WorkspaceIdentity,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         self.monitor = monitor
         self.init_pidfd = init_pidfd
         self.identity = identity
+        self._on_close = on_close  # releases what serves the container from outside (egress)
         self.leases = 0
         self.started = self.idle_since = time.monotonic()
         self.retired = False  # no longer handed out; killed when its last lease ends
@@ -78,6 +85,8 @@ class SessionContainer:
         self.monitor.kill()
 
     def close(self) -> None:
+        if self._on_close is not None:
+            self._on_close()
         os.close(self.init_pidfd)
         self.monitor.close()
 

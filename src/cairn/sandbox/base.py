@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from cairn.sandbox.egress.credentials import SessionEgress
+from cairn.sandbox.egress.proxy import EgressProxy
 from cairn.workspace import WORKSPACE_MOUNT
 
 __all__ = [
@@ -53,7 +55,12 @@ class ExecRequest:
     timeout_s: float
     env: Mapping[str, str] = field(default_factory=dict)
     limits: ResourceLimits = field(default_factory=ResourceLimits)
-    network: bool = False
+    # The session's network (policy and credentials); None: no network at all.
+    egress: SessionEgress | None = None
+
+    @property
+    def network(self) -> bool:
+        return self.egress is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +84,9 @@ class SandboxBackend(abc.ABC):
     Declared `capabilities`: "isolation" (commands cannot reach host files, network or
     secrets beyond the workspace, nor signal host processes), "process_isolation" (host
     processes are not even visible: own pid namespace), "workspace_mount" (commands see the
-    workspace at `WORKSPACE_MOUNT`, not at its host path).
+    workspace at `WORKSPACE_MOUNT`, not at its host path), "egress" (a command with network
+    reaches the outside only through Cairn's egress proxy; an isolating backend without it
+    refuses commands with network).
     """
 
     name: ClassVar[str]
@@ -115,6 +124,10 @@ class SandboxBackend(abc.ABC):
         so a workspace never mixes owners and snapshots carry no root-owned surprises.
         """
         return None
+
+    def use_egress(self, proxy: EgressProxy) -> None:
+        """Route sandboxes' network through `proxy` (the one built from the operator's
+        settings); a no-op for backends without the "egress" capability."""
 
     async def prepare_workspace(self, workspace: Path) -> None:
         """Make a freshly created workspace usable by sandboxed commands; no-op by default."""

@@ -29,6 +29,12 @@ What keeps a command from outliving itself or reaching beyond its session:
   bypassed, when it dies (`_session_containers.py`).
 `detect_bwrap` chooses this form where it works and says why not otherwise; the fallback
 is a container per command (`bwrap.py`), which needs neither cgroups nor Landlock.
+
+Network: a container always has its own network namespace with loopback only. A session
+with network gets a container of its own for it, whose one way out is Cairn's egress
+proxy (`egress/`): the proxy listens on 127.0.0.1:3128 inside the container's namespace
+for that session only, commands get the proxy variables and trust Cairn's CA (copied into
+the container's /etc when it starts), and a program that ignores the proxy reaches nothing.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import logging
 import os
 import select
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,11 +53,11 @@ from cairn.errors import SandboxError
 from cairn.sandbox._account import SandboxAccount, resolve_sandbox_account
 from cairn.sandbox._cgroups import discover_cgroups
 from cairn.sandbox._containment import CommandContainment, Containment
-from cairn.sandbox._env import DEFAULT_PATH, command_env
+from cairn.sandbox._env import DEFAULT_PATH
+from cairn.sandbox._launch import Handoff
 from cairn.sandbox._launcher.landlock import SCOPING_ABI, abi_version
 from cairn.sandbox._launcher.spec import PASSED_FD
 from cairn.sandbox._launcher.syscalls import reconfigure_mount
-from cairn.sandbox._rootfs import SANDBOX_HOME, SANDBOX_USER
 from cairn.sandbox._session_containers import ContainerKey, SessionContainer, SessionContainers
 from cairn.sandbox._workspace import WorkspaceIdentity, hand_over_workspace, workspace_identity
 from cairn.sandbox.base import WORKSPACE_MOUNT, ExecRequest
@@ -63,6 +69,7 @@ from cairn.sandbox.bwrap import (
     locate_bwrap,
     workspace_argv,
 )
+from cairn.sandbox.egress.netns import listen_in_namespace
 
 if TYPE_CHECKING:
     from cairn.sandbox._launcher.spec import LaunchSpec
@@ -138,23 +145,30 @@ class SessionBwrapBackend(BwrapBackend):
 
     async def release_workspace(self, workspace: Path) -> None:
         self._containers.release(str(workspace))
+        await super().release_workspace(workspace)
 
     @asynccontextmanager
     async def _container(
         self, request: ExecRequest, identity: WorkspaceIdentity
     ) -> AsyncIterator[int | None]:
         key = ContainerKey(workspace=str(request.workspace), network=request.network)
+        if request.egress is not None:
+            self._admit(request)
+            key = ContainerKey(key.workspace, network=True, session_id=request.egress.session_id)
         async with self._containers.lease(key, identity) as init_pidfd:
             yield init_pidfd
 
     def _command(
         self, request: ExecRequest, scratch: Path | None
     ) -> tuple[list[str], dict[str, str], str]:
-        env = command_env(home=SANDBOX_HOME, user=SANDBOX_USER, session_env=request.env)
-        return ["/bin/sh", "-c", request.command], env, WORKSPACE_MOUNT
+        return ["/bin/sh", "-c", request.command], self._command_env(request), WORKSPACE_MOUNT
 
-    def _files(self) -> list[tuple[int, str | bytes]]:
+    def _files(self, request: ExecRequest) -> list[tuple[int, str | bytes]]:
         return []  # the container got its /etc files when it started
+
+    @asynccontextmanager
+    async def _handoff(self, request: ExecRequest) -> AsyncIterator[Handoff | None]:
+        yield None  # the container's door to the proxy was opened when it started
 
     def _spec(
         self, request: ExecRequest, contained: CommandContainment, scratch: Path | None
@@ -171,10 +185,11 @@ class SessionBwrapBackend(BwrapBackend):
         the init run; the init's first output says the setup is done. Raises `SandboxError`
         with bwrap's own words when it fails.
         """
+        trust_argv, trust = self._trust_argv() if key.network else ([], [])
         spec: LaunchSpec = {
             "argv": [
-                *self._fixed_argv, *self._tmpfs_argv,
-                *workspace_argv(Path(key.workspace), network=key.network),
+                *self._fixed_argv, *self._tmpfs_argv, *trust_argv,
+                *workspace_argv(Path(key.workspace)),
                 "--info-fd", str(PASSED_FD), "--", "/bin/sh", "-c", _INIT,
             ],
             # The environment bwrap's own processes keep (the init's is cleared).
@@ -186,7 +201,7 @@ class SessionBwrapBackend(BwrapBackend):
             "user": None if self._account is None else (self._account.uid, self._account.gid),
             "network": key.network,
             "seccomp": False,
-            "files": self._etc_files,
+            "files": [*self._etc_files, *trust],
             "rootfs": None,
             "landlock": None,
             "join": None,
@@ -209,6 +224,7 @@ class SessionBwrapBackend(BwrapBackend):
                     if monitor.has_exited():  # its pid may be anyone's now: so may the init's
                         raise SandboxError("the session container ended as it started")
                     _hide_foreign_processes(init_pid, init_pidfd)
+                    close_door = self._open_egress(key, init_pidfd)
                 except BaseException:
                     os.close(init_pidfd)
                     raise
@@ -218,7 +234,14 @@ class SessionBwrapBackend(BwrapBackend):
                 raise
         finally:
             os.close(info_read)
-        return SessionContainer(monitor, init_pidfd, identity)
+        return SessionContainer(monitor, init_pidfd, identity, on_close=close_door)
+
+    def _open_egress(self, key: ContainerKey, init_pidfd: int) -> Callable[[], None] | None:
+        """For a container with network: the proxy's listener in its namespace, served as
+        `key.session_id`'s; returns what closes it (blocking)."""
+        if not key.network:
+            return None
+        return self.egress.serve(listen_in_namespace(init_pidfd), key.session_id)
 
     def _probe_session(self) -> None:
         """Start a container and run `true` in it as every command runs; raise

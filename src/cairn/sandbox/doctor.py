@@ -11,13 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from cairn.errors import SandboxError
+from cairn.sandbox.base import SandboxBackend
+from cairn.sandbox.egress import EgressCA, EgressProxy, EgressSettings
 from cairn.sandbox.selection import select_backend
 
 __all__ = ["describe_host"]
 
 
-def describe_host(backend_name: str | None = None) -> str:
-    """Return a printable report for the backend `select_backend(backend_name)` gives.
+def describe_host(backend_name: str | None = None, egress: EgressSettings | None = None) -> str:
+    """Return a printable report for the backend `select_backend(backend_name)` gives,
+    with the egress proxy `egress` configures (the operator's settings).
 
     Blocking (it probes the host by running a sandboxed command): call it from the CLI, or
     through `run_sync`.
@@ -27,8 +30,9 @@ def describe_host(backend_name: str | None = None) -> str:
         backend = select_backend(backend_name)
     except SandboxError as exc:
         return f"sandbox (requested: {requested})\n  NO USABLE BACKEND: {exc}\n"
+    backend.use_egress(EgressProxy(egress or EgressSettings(), EgressCA.ephemeral()))
     lines = [f"sandbox (requested: {requested}): backend {backend.name}",
-             f"  {backend.description}"]
+             f"  {backend.description}", f"  egress mode: {_egress_mode(backend)}"]
     if "isolation" not in backend.capabilities:
         lines.append("  WARNING: this backend does not isolate commands from the host")
     elif "process_isolation" not in backend.capabilities:
@@ -41,6 +45,14 @@ def describe_host(backend_name: str | None = None) -> str:
         + (f"uid {owner[0]} gid {owner[1]}" if owner else "the server's own user")
     )
     return "\n".join(lines) + "\n"
+
+
+def _egress_mode(backend: SandboxBackend) -> str:
+    if "isolation" not in backend.capabilities:
+        return "NONE: commands with network use the host's network directly (unconfined)"
+    if "egress" not in backend.capabilities:
+        return "no network: commands of sessions with network are refused (the egress proxy needs bwrap)"
+    return "proxy: every enabled or restricted network goes through Cairn's egress proxy (see isolation: egress)"
 
 
 def _section(title: str, entries: Mapping[str, str]) -> list[str]:

@@ -121,8 +121,8 @@ class LandlockBackend(LaunchedBackend):
             ),
             "network": (
                 "none by default: TCP bind/connect denied by Landlock, every non-unix socket "
-                "(UDP, raw) refused by seccomp; a session that enables network gets the "
-                "host's network, including its loopback"
+                "(UDP, raw) refused by seccomp; commands of sessions that enable network are "
+                "refused (network goes through Cairn's egress proxy, which needs bwrap)"
             ),
             "processes": (
                 "NOT hidden: host processes are listed in /proc (no pid namespace); ptrace "

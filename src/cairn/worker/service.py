@@ -16,6 +16,7 @@ from anyio.abc import TaskGroup
 
 from cairn.engine.approvals import expire_approvals
 from cairn.engine.blob_gc import sweep_blob_garbage
+from cairn.engine.egress_events import record_egress_events
 from cairn.engine.idle import apply_snapshot_retention, idle_check_interval_s, suspend_idle_sessions
 from cairn.engine.ledger import sweep_ledger
 from cairn.engine.retention import sweep_sealed_state
@@ -55,6 +56,7 @@ class WorkerService:
             run_periodically, "sealed-sweep", settings.sealed_sweep_interval_s, partial(sweep_sealed_state, rt),
             name="sealed-sweep",
         )
+        tg.start_soon(supervise, "egress-events", partial(record_egress_events, rt), name="egress-events")
         if settings.blob_gc_interval_s > 0:
             tg.start_soon(run_periodically, "blob-gc", settings.blob_gc_interval_s, partial(sweep_blob_garbage, rt), name="blob-gc")
 

@@ -30,6 +30,7 @@ from cairn.sandbox import (
     testing,
 )
 from cairn.sandbox.bwrap_sessions import detect_bwrap
+from cairn.sandbox.egress import NetworkPolicy, SessionEgress
 
 # bwrap's fallback form, forced: a fresh container for each command.
 PER_COMMAND_BWRAP = "bwrap-per-command"
@@ -108,7 +109,7 @@ def run(backend: SandboxBackend) -> Run:
             timeout_s=timeout_s,
             env=env or {},
             limits=limits or ResourceLimits(),
-            network=network,
+            egress=SessionEgress("sess_conformance", NetworkPolicy("enabled")) if network else None,
         )
         result = await backend.exec(request, recorder)
         return result, recorder.text

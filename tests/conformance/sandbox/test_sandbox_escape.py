@@ -21,6 +21,7 @@ import pytest
 from conftest import Run, requires_capability
 from test_sandbox_exec import lingering
 
+from cairn.errors import SandboxError
 from cairn.sandbox import ResourceLimits, SandboxBackend
 from cairn.sandbox.testing import LoopbackListeners, host_processes_with
 from tests.waits import until
@@ -181,14 +182,22 @@ async def test_no_network_to_host_loopback(run: Run, new_workspace) -> None:
     await assert_still_works(run, workspace)
 
 
-async def test_enabled_network_reaches_the_host(run: Run, new_workspace) -> None:
-    """The control for the case above: the same probe gets through when network is on."""
+async def test_enabled_network_still_does_not_reach_the_host(
+    backend: SandboxBackend, run: Run, new_workspace
+) -> None:
+    """Network on means the egress proxy, which never connects to the host, and a probe that
+    ignores the proxy gets nowhere; a backend that has no proxy refuses the command."""
+    requires_capability(backend, "isolation", "an unconfined command uses the host's network")
     workspace = await new_workspace()
     with LoopbackListeners() as listeners:
-        (workspace / "probe.py").write_text(listeners.probe_script())
-        _, output = await run("python3 probe.py", workspace, network=True)
-        assert "TCP-OK 127.0.0.1" in output
-        assert listeners.received_anything()
+        (workspace / "probe.py").write_text(listeners.probe_script(("127.0.0.1", "10.0.2.2", "192.0.2.2")))
+        if "egress" not in backend.capabilities:
+            with pytest.raises(SandboxError, match="egress proxy"):
+                await run("python3 probe.py", workspace, network=True)
+        else:
+            _, output = await run("python3 probe.py", workspace, network=True)
+            assert "TCP-OK" not in output
+        assert not listeners.received_anything()
 
 
 async def test_fork_bomb_is_bounded(run: Run, new_workspace) -> None:

@@ -29,6 +29,7 @@ from cairn.sandbox._cgroups import CgroupHost
 from cairn.sandbox.bwrap import PER_COMMAND, BwrapBackend
 from cairn.sandbox.bwrap_sessions import SessionBwrapBackend, detect_bwrap
 from cairn.sandbox.doctor import describe_host
+from cairn.sandbox.egress import NetworkPolicy, SessionEgress
 from cairn.sandbox.testing import host_processes_with
 from tests.waits import until
 
@@ -74,7 +75,8 @@ async def run(
     async def collect(chunk: bytes) -> None:
         chunks.append(chunk)
 
-    request = ExecRequest(command=command, workspace=workspace, timeout_s=timeout_s, network=network)
+    egress = SessionEgress("sess_bwrap_sessions", NetworkPolicy("enabled")) if network else None
+    request = ExecRequest(command=command, workspace=workspace, timeout_s=timeout_s, egress=egress)
     result = await backend.exec(request, collect)
     return result, b"".join(chunks).decode(errors="replace")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -144,3 +145,16 @@ async def test_a_join_into_a_gone_process_is_refused() -> None:
     finally:
         command.close()
         os.close(pidfd)
+
+
+async def test_two_passed_descriptors_arrive_in_order() -> None:
+    first, first_theirs = socket.socketpair()
+    second, second_theirs = socket.socketpair()
+    with first, first_theirs, second, second_theirs:
+        command = ForkServer().start(plain("echo one >&4; echo two >&5"), first_theirs.fileno(), next_fd=second_theirs.fileno())
+        try:
+            await command.started()
+            assert await command.wait() == 0
+        finally:
+            command.close()
+        assert (first.recv(16), second.recv(16)) == (b"one\n", b"two\n")

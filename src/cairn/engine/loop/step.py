@@ -149,6 +149,7 @@ class Step:
             stream_output=stream,
             credentials=secrets.tool_credentials,
             placeholders=secrets.env,
+            wire_secrets=secrets.wire,
             known_values=secrets.known_values,
             run_context=self.context,
         )

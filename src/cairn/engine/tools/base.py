@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ from cairn.operator.context import ApprovalView
 from cairn.operator.credentials import Credentials
 from cairn.operator.run_context import RunContext
 from cairn.redaction import KnownValues
+from cairn.sandbox.egress import WireSecret
 from cairn.states import ItemStatus
 from cairn.store.items import ItemRecord
 from cairn.store.sessions import SessionRecord
@@ -109,6 +110,8 @@ class ToolContext:
     credentials: Credentials = field(default_factory=Credentials)
     # Variable name -> placeholder, of the session's environment_variable credentials.
     placeholders: Mapping[str, str] = field(default_factory=dict)
+    # The same credentials as the egress proxy substitutes them (values in memory only).
+    wire_secrets: Sequence[WireSecret] = ()
     known_values: KnownValues = field(default_factory=KnownValues)
     # The run's persisted context (operator tools' `ctx.context`).
     run_context: RunContext = field(default_factory=RunContext)

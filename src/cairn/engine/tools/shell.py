@@ -8,7 +8,7 @@ stored: up to `MAX_ITEM_OUTPUT` characters, so one noisy command cannot fill the
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,8 @@ from cairn.engine.tools.workspace import ShellArguments, parse_shell_arguments, 
 from cairn.errors import CairnError
 from cairn.models.base import ToolCall
 from cairn.sandbox.base import WORKSPACE_MOUNT, ExecRequest, SandboxBackend
+from cairn.sandbox.egress import NetworkPolicy, SessionEgress, WireSecret
+from cairn.store.sessions import SessionRecord
 
 __all__ = ["MAX_ITEM_OUTPUT", "ShellTool"]
 
@@ -80,7 +82,7 @@ class ShellTool(Tool):
             workspace=self._workspace_of(session.id),
             timeout_s=timeout_s,
             env=ctx.sandbox_env,
-            network=(session.environment.get("network") or {}).get("access") == "enabled",
+            egress=session_egress(session, ctx.wire_secrets),
         )
         try:
             result = await self._sandbox.exec(request, on_output)
@@ -98,3 +100,10 @@ class ShellTool(Tool):
             output += f"\n[timed out after {timeout_s:g} s]"
         return CommandResult(output=output, exit_code=result.exit_code, duration_ms=int(result.duration_s * 1000))
 
+
+def session_egress(session: SessionRecord, secrets: Sequence[WireSecret] = ()) -> SessionEgress | None:
+    """The session's network as the sandbox's egress proxy applies it, with the session's
+    `environment_variable` credentials (`secrets`, loaded for this execution); None without
+    network (then no credential goes anywhere)."""
+    policy = NetworkPolicy.from_environment(session.environment.get("network"))
+    return None if policy is None else SessionEgress(session.id, policy, tuple(secrets))

@@ -37,6 +37,7 @@ from cairn.engine.vaults.service import credential_scope
 from cairn.errors import InvalidRequestError
 from cairn.operator.credentials import Credential, Credentials, EnvironmentVariable, McpOAuth, StaticBearer
 from cairn.redaction import MIN_SECRET_CHARS, KnownValues
+from cairn.sandbox.egress import WireSecret  # the egress proxy's, one layer down
 from cairn.store.db import Connection
 from cairn.store.sessions import SessionRecord
 from cairn.store.vaults import CredentialRecord, credentials_of_vaults
@@ -52,21 +53,6 @@ __all__ = [
 ]
 
 _PLACEHOLDER_PREFIX = "cairn-placeholder-"
-
-
-@dataclass(frozen=True, slots=True)
-class WireSecret:
-    """One environment_variable credential of a session, as the egress proxy needs it."""
-
-    credential_id: str
-    env_name: str  # the sandbox variable that holds the placeholder
-    placeholder: str  # what sandbox code sees; random per (session, credential, value version), no secret inside
-    value: str = field(repr=False)  # the real secret, in memory only (never logged, never persisted)
-    # networking.limited.allowed_hosts; None = unrestricted (then: the session's restricted allowed_domains)
-    allowed_hosts: tuple[str, ...] | None
-
-    def __reduce__(self) -> Any:
-        raise TypeError("a wire secret is never serialized")
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@ Starting an interpreter per command costs 7-20 ms before any confinement work (~
 the server starts this program once (`cairn.sandbox._forkserver`) and sends it one message
 per command over a SOCK_SEQPACKET socket: a byte, with three file descriptors attached —
 the memfd holding the `LaunchSpec`, the write end of the command's output pipe, and one
-end of a per-command status socket — and optionally a fourth, which the child receives
-as `PASSED_FD`. It forks; the child makes the pipe its stdout and stderr, /dev/null its
+end of a per-command status socket — and optionally more, which the child receives
+as `PASSED_FD`, `PASSED_FD + 1`... It forks; the child makes the pipe its stdout and stderr, /dev/null its
 stdin, starts a new session, closes everything else and runs the launcher (`main.run`).
 The fork server sends the child's pid (with a pidfd attached) on the status socket, and
 its wait status when it ends (it is the child's parent, so it reaps it), then closes it.
@@ -39,7 +39,8 @@ __all__ = ["JOIN", "serve"]
 JOIN = b"j"
 _SCM_RIGHTS = 1
 _SOL_SOCKET = 1
-_MAX_FDS_PER_REQUEST = 4
+# The spec, the output pipe, the status socket and up to two passed descriptors.
+_MAX_FDS_PER_REQUEST = 5
 _SIGKILL = 9
 _CLONE_NEWPID = 0x20000000
 
@@ -101,7 +102,7 @@ def _accept(
                 _leave_container(own_pid_namespace, children)
             raise
         if pid == 0:
-            _become_command(spec_fd, output_fd, passed[0] if passed else None)
+            _become_command(spec_fd, output_fd, passed)
         if joins:
             _leave_container(own_pid_namespace, children)
     for fd in (spec_fd, output_fd, *passed):
@@ -124,7 +125,7 @@ def _leave_container(own_pid_namespace: int, children: _Children) -> None:
         os._exit(LAUNCH_FAILED)
 
 
-def _become_command(spec_fd: int, output_fd: int, passed_fd: int | None) -> None:
+def _become_command(spec_fd: int, output_fd: int, passed: list[int]) -> None:
     try:
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
@@ -132,10 +133,9 @@ def _become_command(spec_fd: int, output_fd: int, passed_fd: int | None) -> None
         os.dup2(output_fd, 2)
         os.setsid()
         # Copies first (fresh numbers, so moving one cannot overwrite the other), then
-        # into place: the spec at 3, the passed descriptor at PASSED_FD (4).
+        # into place: the spec at 3, the passed descriptors from PASSED_FD (4) on.
         moves = [(os.dup(spec_fd), 3)]
-        if passed_fd is not None:
-            moves.append((os.dup(passed_fd), PASSED_FD))
+        moves += [(os.dup(fd), PASSED_FD + index) for index, fd in enumerate(passed)]
         for fd, number in moves:
             if fd != number:
                 os.dup2(fd, number)  # inheritable

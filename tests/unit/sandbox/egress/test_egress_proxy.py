@@ -1,0 +1,304 @@
+"""The egress proxy on its own: policy, address checks, interception and substitution,
+limits and reports, driven over a listener on the host's loopback by a plain client.
+
+The sandbox-level tests (test_egress_sandbox.py) run the same proxy behind real bwrap
+containers; these pin down what it decides, byte for byte.
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import socket
+import ssl
+from collections.abc import Callable, Iterator
+
+import anyio
+import pytest
+
+from cairn.sandbox.egress import (
+    EgressCA,
+    EgressEvent,
+    EgressProxy,
+    EgressSettings,
+    NetworkPolicy,
+    SessionEgress,
+    WireSecret,
+)
+from cairn.sandbox.egress.testing import LocalUpstream, local_upstream
+from tests.waits import until_blocking
+
+SECRET = "s3cr3t-value-that-must-only-reach-the-api"
+PLACEHOLDER = "cairn_placeholder_7f3a9c0d2e1b4a6f"
+ALLOWED = "api.test"
+OTHER = "other.test"
+
+
+@pytest.fixture
+def upstream() -> Iterator[LocalUpstream]:
+    with local_upstream(ALLOWED, OTHER, "www.allowed.test", "blocked.allowed.test") as server:
+        yield server
+
+
+@pytest.fixture
+def plain_upstream() -> Iterator[LocalUpstream]:
+    with local_upstream(ALLOWED, tls=False) as server:
+        yield server
+
+
+ProxyFactory = Callable[..., EgressProxy]
+
+
+@pytest.fixture
+def make_proxy() -> Iterator[ProxyFactory]:
+    """Makes proxies to the test upstreams (keyword arguments override settings); closes them after."""
+    made: list[EgressProxy] = []
+
+    def make(upstream: LocalUpstream, **overrides: object) -> EgressProxy:
+        names = (ALLOWED, OTHER, "www.allowed.test", "blocked.allowed.test", "evil.test", "metadata.test")
+        settings = EgressSettings(
+            allow_private=frozenset({ALLOWED, OTHER, "www.allowed.test", "blocked.allowed.test"}),
+            hosts={**{name: "127.0.0.1" for name in names}, "metadata.test": "169.254.169.254"},
+            upstream_ca=upstream.ca_file,
+            **overrides,  # type: ignore[arg-type]
+        )
+        made.append(EgressProxy(settings, EgressCA.ephemeral()))
+        return made[-1]
+
+    yield make
+    for proxy in made:
+        proxy.close()
+
+
+class Door:
+    """A session's door to the proxy, on the host's loopback (the sandbox tests use the real one)."""
+
+    def __init__(self, proxy: EgressProxy, egress: SessionEgress) -> None:
+        proxy.admit(egress)
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        self.port = listener.getsockname()[1]
+        self.proxy = proxy
+        self.close = proxy.serve(listener, egress.session_id)
+
+    def get(self, url: str, *, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """A plain-HTTP request through the proxy (absolute URL)."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            connection.request("GET", url, headers=headers or {})
+            response = connection.getresponse()
+            return response.status, response.read()
+        finally:
+            connection.close()
+
+    def https(
+        self, host: str, port: int, *, method: str = "GET", body: bytes | None = None,
+        headers: dict[str, str] | None = None, trust: str | None = None,
+    ) -> tuple[int, bytes]:
+        """An HTTPS request through a CONNECT tunnel, trusting the proxy's CA and `trust`."""
+        context = ssl.create_default_context(cadata=self.proxy.ca.certificate_pem.decode())
+        if trust is not None:
+            context.load_verify_locations(cafile=trust)
+        connection = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=10, context=context)
+        connection.set_tunnel(host, port)
+        try:
+            connection.request(method, "/echo", body=body, headers=headers or {})
+            response = connection.getresponse()
+            return response.status, response.read()
+        finally:
+            connection.close()
+
+    def connect(self, target: str) -> bytes:
+        """The proxy's answer to `CONNECT target`."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as client:
+            client.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+            return client.recv(65536)
+
+
+def session(policy: NetworkPolicy | None = None, *secrets: WireSecret) -> SessionEgress:
+    return SessionEgress("sess_proxytest", policy or NetworkPolicy("enabled"), secrets)
+
+
+def credential(allowed_hosts: tuple[str, ...] | None = (ALLOWED,)) -> WireSecret:
+    return WireSecret("cred_1", "API_KEY", PLACEHOLDER, SECRET, allowed_hosts)
+
+
+@pytest.mark.parametrize(
+    ("target", "why"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("[::1]", "loopback"),
+        ("169.254.169.254", "link-local"),
+        ("10.1.2.3", "private"),
+        ("192.168.0.1", "private"),
+        ("172.16.5.4", "private"),
+        ("100.64.0.1", "not a public address"),
+        ("[fd00::1]", "private"),
+        ("[::ffff:127.0.0.1]", "loopback"),
+        ("evil.test", "resolves to 127.0.0.1, a loopback address"),
+        ("metadata.test", "resolves to 169.254.169.254, a link-local"),
+    ],
+)
+def test_private_destinations_are_refused_with_a_reason(make_proxy: ProxyFactory, upstream: LocalUpstream, target: str, why: str) -> None:
+    door = Door(make_proxy(upstream), session())
+    try:
+        answer = door.connect(f"{target}:{upstream.port}")
+        status, body = door.get(f"http://{target}:{upstream.port}/")
+    finally:
+        door.close()
+    assert answer.startswith(b"HTTP/1.1 403 ") and why.encode() in answer
+    assert status == 403 and why.encode() in body
+    assert upstream.received == []
+
+
+def test_the_hosts_own_addresses_are_refused(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
+    from cairn.sandbox.egress.addresses import host_addresses
+
+    own = [address for address in host_addresses() if address.version == 4 and not address.is_loopback]
+    if not own:
+        pytest.skip("this host has no IPv4 address besides loopback")
+    door = Door(make_proxy(upstream), session())
+    try:
+        answer = door.connect(f"{own[0]}:{upstream.port}")
+    finally:
+        door.close()
+    assert answer.startswith(b"HTTP/1.1 403 ")
+    assert upstream.received == []
+
+
+def test_an_allowed_private_name_is_reached_and_tunnelled_untouched(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
+    # No credential is allowed for api.test: the TLS goes end to end, the client must
+    # trust the upstream's own CA, and the placeholder arrives as sent.
+    door = Door(make_proxy(upstream), session(None, credential(allowed_hosts=(OTHER,))))
+    try:
+        status, body = door.https(ALLOWED, upstream.port, headers={"Authorization": f"Bearer {PLACEHOLDER}"},
+                                  trust=str(upstream.ca_file))
+    finally:
+        door.close()
+    assert (status, body) == (200, b"ok\n")
+    assert upstream.received[-1].headers["Authorization"] == f"Bearer {PLACEHOLDER}"
+
+
+def test_restricted_allows_exactly_its_domains_minus_the_blocked(make_proxy: ProxyFactory, plain_upstream: LocalUpstream) -> None:
+    upstream = plain_upstream
+    policy = NetworkPolicy("restricted", allowed_domains=(ALLOWED, "*.allowed.test"),
+                           blocked_domains=("blocked.allowed.test",))
+    door = Door(make_proxy(upstream), session(policy))
+    try:
+        answers = {host: door.get(f"http://{host}:{upstream.port}/") for host in
+                   (ALLOWED, "www.allowed.test", "blocked.allowed.test", OTHER)}
+    finally:
+        door.close()
+    assert answers[ALLOWED][0] == 200 and answers["www.allowed.test"][0] == 200
+    assert answers["blocked.allowed.test"] == (403, answers["blocked.allowed.test"][1])
+    assert b"blocked_domains" in answers["blocked.allowed.test"][1]
+    assert answers[OTHER][0] == 403 and b"not in the session's allowed_domains" in answers[OTHER][1]
+    assert len(upstream.received) == 2
+
+
+def test_the_secret_replaces_the_placeholder_for_an_allowed_host(make_proxy: ProxyFactory, upstream: LocalUpstream,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    # The upstream cannot listen on 443: the test proxy intercepts its port instead.
+    proxy = make_proxy(upstream, intercept_ports=(upstream.port,))
+    door = Door(proxy, session(None, credential()))
+    caplog.set_level(logging.DEBUG)
+    body = f'{{"key": "{PLACEHOLDER}", "again": "{PLACEHOLDER}"}}'.encode()
+    try:
+        status, _ = door.https(ALLOWED, upstream.port, method="POST", body=body,
+                               headers={"Authorization": f"Bearer {PLACEHOLDER}", "Content-Type": "application/json"})
+    finally:
+        door.close()
+    assert status == 200
+    received = upstream.received[-1]
+    assert received.headers["Authorization"] == f"Bearer {SECRET}"
+    assert received.body == f'{{"key": "{SECRET}", "again": "{SECRET}"}}'.encode()
+    assert received.headers["Content-Length"] == str(len(received.body))
+    until_blocking(lambda: "decision=intercepted" in caplog.text, "the connection to be logged")
+    assert SECRET not in caplog.text and PLACEHOLDER not in caplog.text
+
+
+def test_a_placeholder_sent_elsewhere_goes_unchanged_and_is_reported(make_proxy: ProxyFactory, 
+    upstream: LocalUpstream, plain_upstream: LocalUpstream
+) -> None:
+    proxy = make_proxy(upstream, intercept_ports=(upstream.port,))
+    other = WireSecret("cred_2", "OTHER_KEY", "cairn_placeholder_other_0123456789", "other-secret", (OTHER,))
+    door = Door(proxy, session(None, credential(), other))
+    try:
+        status, _ = door.https(ALLOWED, upstream.port, headers={"X-Other": other.placeholder})
+        plain, _ = door.get(f"http://{ALLOWED}:{plain_upstream.port}/", headers={"X-Key": PLACEHOLDER})
+    finally:
+        door.close()
+    assert status == 200 and plain == 200
+    assert upstream.received[0].headers["X-Other"] == other.placeholder
+    assert plain_upstream.received[0].headers["X-Key"] == PLACEHOLDER  # plain HTTP: never substituted
+    kinds = until_blocking(lambda: [e for e in drain(proxy) if e.kind == "credential_withheld"] or None,
+                           "the withheld credentials to be reported")
+    assert {event.host for event in kinds} >= {ALLOWED}
+
+
+def test_refusals_are_reported_once_per_destination(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
+    proxy = make_proxy(upstream)
+    door = Door(proxy, session())
+    try:
+        for _ in range(5):
+            door.connect("10.0.0.1:80")
+    finally:
+        door.close()
+    events = until_blocking(lambda: drain(proxy), "the refusal to be reported")
+    assert [(e.kind, e.host, e.port) for e in events] == [("network_blocked", "10.0.0.1", 80)]
+    assert "private" in events[0].reason
+
+
+def test_a_session_over_its_connection_limit_gets_429(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
+    door = Door(make_proxy(upstream, max_connections=1), session())
+    held = socket.create_connection(("127.0.0.1", door.port), timeout=10)
+    try:
+        held.sendall(f"CONNECT {ALLOWED}:{upstream.port} HTTP/1.1\r\n\r\n".encode())
+        assert held.recv(1024).startswith(b"HTTP/1.1 200")
+        assert door.connect(f"{ALLOWED}:{upstream.port}").startswith(b"HTTP/1.1 429 ")
+    finally:
+        held.close()
+        door.close()
+
+
+def test_an_unknown_session_is_refused(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
+    proxy = make_proxy(upstream)
+    door = Door(proxy, session())
+    proxy.forget("sess_proxytest")
+    try:
+        assert door.connect(f"{ALLOWED}:{upstream.port}").startswith(b"HTTP/1.1 403 ")
+    finally:
+        door.close()
+
+
+def drain(proxy: EgressProxy) -> list[EgressEvent]:
+    """The events queued so far (the queue the worker reads)."""
+
+    async def take() -> list[EgressEvent]:
+        with anyio.move_on_after(0.05):
+            return await proxy.reports.next_batch()
+        return []
+
+    return anyio.run(take)
+
+
+def test_a_sessions_bandwidth_is_paced_by_its_token_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cairn.sandbox.egress import proxy as proxy_module
+
+    waits: list[float] = []
+
+    async def record(delay: float) -> None:
+        waits.append(delay)
+
+    monkeypatch.setattr(proxy_module.asyncio, "sleep", record)
+    throttle = proxy_module._Throttle(1024)
+
+    async def spend() -> None:
+        for _ in range(3):
+            await throttle.spend(1024)
+
+    anyio.run(spend)
+    # The first second's worth is in the bucket; the next two KiB are owed. No time passes
+    # here (the sleeps are recorded, not slept), so the last wait is the whole debt: 2 s.
+    assert len(waits) == 2 and 1.9 <= waits[-1] <= 2.1
