@@ -1,7 +1,8 @@
 """Egress through the public API: a session created with a restricted network runs shell
 commands whose only way out is the worker's egress proxy; what the proxy refuses reaches
 the session's event log; the network settings are stored as given (normalized) and the
-data dir holds the proxy's CA key readable by its owner only.
+data dir holds the proxy's CA key readable by its owner only; a vault's credential reaches
+its host on the wire and nowhere else.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from cairn.sandbox.egress.testing import LocalUpstream, local_upstream
 from cairn.testing.server import CairnServer
 from tests.e2e.conftest import make_server, remove_server
 from tests.e2e.test_event_replay import stored_log
+from tests.e2e.test_secrets_scan import SecretsDeployment, scan
 from tests.waits import until_blocking
 
 
@@ -82,3 +84,39 @@ def test_a_restricted_session_reaches_only_its_domains(
                        "evil.test": "evil.test is not in the session's allowed_domains"}
     ca = egress_server.data_dir / "egress-ca" / "ca.pem"
     assert stat.S_IMODE(ca.stat().st_mode) == 0o600
+
+
+def test_a_credential_reaches_its_host_on_the_wire_and_is_nowhere_in_the_data_dir(scripts_dir: Path) -> None:
+    """The whole path on a real deployment: a vault's environment_variable credential, a
+    session restricted to the upstream's name, a sandboxed curl sending the placeholder. The
+    upstream (its own test CA, which the proxy is told to trust) gets the real secret in the
+    header and the body; what the command printed, everything stored, every log and the whole
+    data dir hold no trace of it (the secrets issue's scan)."""
+    with local_upstream("api.test", tls=True) as upstream:
+        egress = {
+            "CAIRN_EGRESS_ALLOW_PRIVATE": "api.test",
+            "CAIRN_EGRESS_HOSTS": "api.test=127.0.0.1",
+            "CAIRN_EGRESS_INTERCEPT_PORTS": str(upstream.port),
+            "CAIRN_EGRESS_UPSTREAM_CA": str(upstream.ca_file),
+        }
+        deployment = SecretsDeployment(scripts_dir, None)
+        try:
+            secret = deployment.values["api key"]
+            command = (f'curl -sS -m 20 -H "Authorization: Bearer $API_KEY" -d "key=$API_KEY" '
+                       f'https://api.test:{upstream.port}/wire; echo "sent $API_KEY"')
+            model = deployment.script([[{"call": "shell", "arguments": {"command": command}}, {"say": "sent"}]])
+            deployment.worker(env=egress)
+            session_id = deployment.start(model, network={"access": "restricted", "allowed_domains": ["api.test"]})
+            deployment.turn_done(session_id)
+
+            [wire] = [r for r in upstream.received if r.path == "/wire"]
+            assert wire.headers["Authorization"] == f"Bearer {secret}" and wire.body == f"key={secret}".encode()
+            [printed] = deployment.commands(session_id)
+            answer, sent = printed["output"].splitlines()
+            assert answer == "ok" and sent.startswith("sent cairn-placeholder-") and secret not in printed["output"]
+
+            deployment.stop_workers()
+            deployment.api.stop()
+            assert scan(deployment.api.data_dir.parent, deployment.values) == []
+        finally:
+            deployment.close()
