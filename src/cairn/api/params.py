@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -11,7 +12,9 @@ from starlette.requests import Request
 from cairn.errors import InvalidRequestError
 from cairn.store.pages import Order, Page
 
-__all__ = ["ListParams", "list_params", "metadata_filters", "page_body", "parse_count"]
+__all__ = ["ListParams", "known_params", "list_params", "metadata_filters", "page_body", "parse_count", "status_filter"]
+
+S = TypeVar("S", bound=StrEnum)
 
 # ASCII digits only: `str.isdigit()` and `int()` also take `²`, `①`, `١` or `1_0`.
 _COUNT = re.compile(r"[0-9]{1,18}")
@@ -40,6 +43,23 @@ def list_params(request: Request, *, default_order: Order = "desc") -> ListParam
         raise InvalidRequestError("order must be 'asc' or 'desc'", param="order")
     after = query.get("after") or None
     return ListParams(after=after, limit=limit, order=order)  # type: ignore[arg-type]
+
+
+def known_params(request: Request, *, known: tuple[str, ...] = ()) -> None:
+    """Refuse any query parameter other than a list's (after, limit, order) and `known`."""
+    for key in request.query_params:
+        if key not in ("after", "limit", "order", *known):
+            raise InvalidRequestError(f"unknown query parameter {key!r}", param=key)
+
+
+def status_filter(request: Request, statuses: type[S]) -> S | None:
+    """The list's optional `status=` filter, one of `statuses`."""
+    status = request.query_params.get("status")
+    if status is None:
+        return None
+    if status not in statuses.__members__.values():
+        raise InvalidRequestError(f"status must be one of {', '.join(statuses)}", param="status")
+    return statuses(status)
 
 
 def metadata_filters(request: Request, *, known: tuple[str, ...]) -> dict[str, str]:

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from cairn.api.context import request_context
-from cairn.api.params import list_params, page_body
+from cairn.api.params import known_params, list_params, page_body
 from cairn.errors import InvalidRequestError, NotFoundError
 from cairn.operator import LoadedAgent
 from cairn.store.pages import Page
@@ -51,9 +51,7 @@ def render_agent(versions: list[LoadedAgent]) -> dict[str, Any]:
 async def list_agents(request: Request) -> Response:
     ctx = await request_context(request)
     params = list_params(request)
-    for key in request.query_params:
-        if key not in ("after", "limit", "order"):
-            raise InvalidRequestError(f"unknown query parameter {key!r}", param=key)
+    known_params(request)
     agents = ctx.runtime.agents
     names = agents.names() if params.order == "asc" else agents.names()[::-1]
     if params.after is not None:

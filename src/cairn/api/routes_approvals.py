@@ -12,10 +12,10 @@ from starlette.routing import Route
 
 from cairn.api.context import RequestContext, request_context
 from cairn.api.json_body import read_body, read_model
-from cairn.api.params import list_params, page_body
+from cairn.api.params import known_params, list_params, page_body, status_filter
 from cairn.api.schemas import ApproveBody, RejectBody, RevokeBody
 from cairn.engine.approvals import Decision, DecisionRequest, decide, show_approval
-from cairn.errors import InvalidRequestError, NotFoundError
+from cairn.errors import NotFoundError
 from cairn.states import ApprovalStatus
 from cairn.store.approvals import get_approval, list_approvals
 
@@ -27,18 +27,14 @@ _FILTERS = ("status", "session_id", "tool_name")
 async def list_all(request: Request) -> Response:
     ctx = await request_context(request)
     params = list_params(request)
+    known_params(request, known=_FILTERS)
+    status = status_filter(request, ApprovalStatus)
     query = request.query_params
-    for key in query:
-        if key not in ("after", "limit", "order", *_FILTERS):
-            raise InvalidRequestError(f"unknown query parameter {key!r}", param=key)
-    status = query.get("status")
-    if status is not None and status not in ApprovalStatus.__members__.values():
-        raise InvalidRequestError(f"status must be one of {', '.join(ApprovalStatus)}", param="status")
     async with ctx.runtime.db.read() as conn:
         page = await list_approvals(
             conn,
             ctx.principal.tenant,
-            status=ApprovalStatus(status) if status is not None else None,
+            status=status,
             session_id=query.get("session_id"),
             tool_name=query.get("tool_name"),
             after=params.after,

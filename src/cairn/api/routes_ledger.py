@@ -14,10 +14,10 @@ from starlette.routing import Route
 
 from cairn.api.context import request_context
 from cairn.api.json_body import read_body, read_model
-from cairn.api.params import list_params, page_body
+from cairn.api.params import known_params, list_params, page_body, status_filter
 from cairn.api.schemas import ResolveBody
 from cairn.engine.ledger import render_entry, resolve_effect, shown_result
-from cairn.errors import InvalidRequestError, NotFoundError
+from cairn.errors import NotFoundError
 from cairn.states import LedgerStatus
 from cairn.store.ledger import get_entry, list_entries
 
@@ -27,18 +27,13 @@ __all__ = ["routes"]
 async def list_all(request: Request) -> Response:
     ctx = await request_context(request)
     params = list_params(request)
-    query = request.query_params
-    for key in query:
-        if key not in ("after", "limit", "order", "status"):
-            raise InvalidRequestError(f"unknown query parameter {key!r}", param=key)
-    status = query.get("status")
-    if status is not None and status not in LedgerStatus.__members__.values():
-        raise InvalidRequestError(f"status must be one of {', '.join(LedgerStatus)}", param="status")
+    known_params(request, known=("status",))
+    status = status_filter(request, LedgerStatus)
     async with ctx.runtime.db.read() as conn:
         page = await list_entries(
             conn,
             ctx.principal.tenant,
-            status=LedgerStatus(status) if status is not None else None,
+            status=status,
             after=params.after,
             order=params.order,
             limit=params.limit,
