@@ -150,14 +150,14 @@ _HELD = (
     ledger_entries.c.operation_key == sa.bindparam("key"),
     ledger_entries.c.status == sa.bindparam("from_status"),
     ledger_entries.c.holder_token == sa.bindparam("token"),
-    sa.select(jobs.c.id).where(jobs.c.lease_token == sa.bindparam("token"), jobs.c.status == sa.bindparam("running")).exists(),
+    _job_running(sa.bindparam("token"), None),
 )
 _START = Prepared(
     sa.update(ledger_entries)
     .where(*_HELD)
     .values(
         status=sa.bindparam("to_status"),
-        attempts=ledger_entries.c.attempts + sa.literal_column("1", sa.Integer),
+        attempts=ledger_entries.c.attempts + 1,
         updated_at=sa.bindparam("stamp"),
     )
 )
@@ -179,8 +179,8 @@ async def _held_move(conn: Connection, statement: Prepared, entry: LedgerEntry, 
     """Run a prepared move of `entry` to `to` by its holder `token`; the time it stamped."""
     LEDGER_TRANSITIONS.check(entry.status, to)
     stamp = time.time()
-    parameters = {"key": entry.operation_key, "from_status": entry.status, "token": token, "running": JobStatus.RUNNING,
-                  "to_status": to, "stamp": stamp, **values}
+    parameters = {"key": entry.operation_key, "from_status": entry.status, "token": token, "to_status": to, "stamp": stamp,
+                  **values}
     if await statement.execute(conn, parameters) != 1:
         raise StatusConflictError(
             f"ledger entry {entry.operation_key} is no longer {entry.status} under job claim {token}; not moved to {to}"

@@ -26,21 +26,31 @@ from cairn.store.db import Connection, DriverParameters, DriverResult, InlineCon
 __all__ = ["Prepared"]
 
 
+# A named bind: its value is given at each execution.
+_GIVEN = object()
+
+
 @dataclass(frozen=True, slots=True)
 class _Compiled:
     dialect: sa.Dialect
     sql: str
-    # (bind name, the bind processor of its type), in the driver's parameter order.
-    binds: Sequence[tuple[str, Callable[[Any], Any] | None]]
+    # (bind name, the bind processor of its type, the constant a literal in the statement
+    # carries or _GIVEN), in the driver's parameter order.
+    binds: Sequence[tuple[str, Callable[[Any], Any] | None, Any]]
     positional: bool
 
     def parameters(self, values: Mapping[str, Any]) -> DriverParameters:
-        converted = [values[name] if process is None else process(values[name]) for name, process in self.binds]
-        return tuple(converted) if self.positional else dict(zip((name for name, _ in self.binds), converted))
+        converted = []
+        for name, process, constant in self.binds:
+            value = values[name] if constant is _GIVEN else constant
+            converted.append(value if process is None else process(value))
+        return tuple(converted) if self.positional else dict(zip((name for name, _, _ in self.binds), converted))
 
 
 class Prepared:
-    """One constant statement (no values known only at execution, such as expanding IN lists)."""
+    """One constant statement (no values known only at execution, such as expanding IN lists).
+    Named binds (`sa.bindparam("name")`) are given at each execution; literals written in the
+    statement (`status == JobStatus.RUNNING`, `attempts + 1`) keep their value."""
 
     __slots__ = ("_compiled", "column_keys", "statement")
 
@@ -58,7 +68,10 @@ class Prepared:
             assert not sql.post_compile_params and not sql.literal_execute_params, "not a constant statement"
             names = sql.positiontup if dialect.positional else list(sql.binds)
             assert names is not None
-            binds = [(name, sql.binds[name].type.dialect_impl(dialect).bind_processor(dialect)) for name in names]
+            binds = [
+                (name, bind.type.dialect_impl(dialect).bind_processor(dialect), _GIVEN if bind.required else bind.value)
+                for name, bind in ((name, sql.binds[name]) for name in names)
+            ]
             compiled = self._compiled = _Compiled(dialect, sql.string, binds, dialect.positional)
         return compiled
 
