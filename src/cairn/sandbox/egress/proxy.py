@@ -42,7 +42,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from cairn.config import EgressSettings
 from cairn.sandbox.egress._http import HttpError, RequestHead, relay_requests
-from cairn.sandbox.egress._relay import accepted_streams, connect, connect_socket, pump, receive_head, run_both, splice
+from cairn.sandbox.egress._relay import accepted_streams, connect, connect_socket, pump, receive_head, run_both, tunnel
 from cairn.sandbox.egress.addresses import AddressGuard, IPAddress
 from cairn.sandbox.egress.ca import EgressCA
 from cairn.sandbox.egress.credentials import SessionEgress
@@ -72,22 +72,26 @@ class _Connection:
     decision: str = "bad request"
     sent: int = 0
     received: int = 0
+    throttle: _Throttle | None = None
 
 
 class _Throttle:
-    """A session's bandwidth: a token bucket of one second's worth, shared by its connections."""
+    """A session's bandwidth: a token bucket of one second's worth, shared by its
+    connections (and their tunnels' threads)."""
 
     def __init__(self, rate: int) -> None:
         self._rate = rate
         self._tokens = float(rate)
         self._at = time.monotonic()
+        self._lock = threading.Lock()
 
-    async def spend(self, size: int) -> None:
-        now = time.monotonic()
-        self._tokens = min(self._rate, self._tokens + (now - self._at) * self._rate) - size
-        self._at = now
-        if self._tokens < 0:
-            await asyncio.sleep(-self._tokens / self._rate)
+    def take(self, size: int) -> float:
+        """Spend `size` bytes; the seconds to wait before sending them (0 while in credit)."""
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self._rate, self._tokens + (now - self._at) * self._rate) - size
+            self._at = now
+            return max(0.0, -self._tokens / self._rate)
 
 
 class EgressProxy:
@@ -105,11 +109,11 @@ class EgressProxy:
         self._guard = AddressGuard()
         self._lock = threading.Lock()
         self._sessions: dict[str, SessionEgress] = {}
+        self._throttles: dict[str, _Throttle] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         # Touched on the proxy's loop only.
         self._open: dict[str, int] = {}
-        self._throttles: dict[str, _Throttle] = {}
 
     @property
     def description(self) -> str:
@@ -133,6 +137,7 @@ class EgressProxy:
         """Drop the session's policy and credentials; its connections are refused from now on."""
         with self._lock:
             self._sessions.pop(session_id, None)
+            self._throttles.pop(session_id, None)
 
     def serve(self, listener: socket.socket, session_id: str) -> Callable[[], None]:
         """Accept `listener`'s connections as `session_id`'s (the proxy owns it from now on);
@@ -190,6 +195,9 @@ class EgressProxy:
         connection = _Connection(session_id)
         with self._lock:
             session = self._sessions.get(session_id)
+            rate = self.settings.bandwidth_bytes_s
+            if session is not None and rate is not None:
+                connection.throttle = self._throttles.setdefault(session_id, _Throttle(rate))
         open_now = self._open.get(session_id, 0)
         try:
             if session is None:
@@ -258,10 +266,8 @@ class EgressProxy:
             await loop.sock_sendall(client, _ESTABLISHED)
             if rest:
                 await loop.sock_sendall(upstream, rest)
-            await run_both(
-                splice(client, upstream, partial(self._count, connection, upward=True)),
-                splice(upstream, client, partial(self._count, connection, upward=False)),
-                wait_for_reply=True,
+            await tunnel(
+                client, upstream, partial(_count, connection, upward=True), partial(_count, connection, upward=False)
             )
         finally:
             upstream.close()
@@ -282,8 +288,8 @@ class EgressProxy:
                                 add=(("Connection", "close"),))
             up_writer.write(scan.replace_all(first))
             await run_both(
-                pump(reader, up_writer, partial(self._count, connection, upward=True), scan.feed, scan.flush),
-                pump(up_reader, writer, partial(self._count, connection, upward=False)),
+                pump(reader, up_writer, partial(_count, connection, upward=True), scan.feed, scan.flush),
+                pump(up_reader, writer, partial(_count, connection, upward=False)),
                 wait_for_reply=True,
             )
         finally:
@@ -336,18 +342,19 @@ class EgressProxy:
         except BaseException:
             up_writer.close()
             raise
-        count_up = partial(self._count, connection, upward=True)
+        count_up = partial(_count, connection, upward=True)
 
         async def send(data: bytes) -> None:
             if data:
-                await count_up(len(data))
+                if delay := count_up(len(data)):
+                    await asyncio.sleep(delay)
                 up_writer.write(data)
                 await up_writer.drain()
 
         try:
             await run_both(
                 relay_requests(reader, send, substituter),
-                pump(up_reader, writer, partial(self._count, connection, upward=False)),
+                pump(up_reader, writer, partial(_count, connection, upward=False)),
                 wait_for_reply=False,
             )
         except HttpError as exc:
@@ -357,19 +364,6 @@ class EgressProxy:
             writer.close()
             self._report_withheld(connection, substituter)
 
-    async def _count(self, connection: _Connection, size: int, *, upward: bool) -> None:
-        """Count `size` bytes of `connection` and wait out the session's bandwidth limit."""
-        if upward:
-            connection.sent += size
-        else:
-            connection.received += size
-        rate = self.settings.bandwidth_bytes_s
-        if rate is not None:
-            throttle = self._throttles.get(connection.session_id)
-            if throttle is None:
-                throttle = self._throttles[connection.session_id] = _Throttle(rate)
-            await throttle.spend(size)
-
     def _report_withheld(self, connection: _Connection, substituter: Substituter) -> None:
         if substituter.withheld:
             self.reports.report(EgressEvent(
@@ -377,6 +371,16 @@ class EgressProxy:
                 f"a credential placeholder was sent to {connection.host}, which that credential is not "
                 "allowed for; it was passed on unchanged",
             ))
+
+
+def _count(connection: _Connection, size: int, *, upward: bool) -> float:
+    """Count `size` bytes of `connection` (from any thread: each direction has one writer);
+    the seconds to wait for the session's bandwidth limit."""
+    if upward:
+        connection.sent += size
+    else:
+        connection.received += size
+    return connection.throttle.take(size) if connection.throttle is not None else 0.0
 
 
 async def _cancel_everything() -> None:

@@ -11,6 +11,8 @@ import http.client
 import logging
 import socket
 import ssl
+import threading
+import time
 from collections.abc import Callable, Iterator
 
 import anyio
@@ -180,6 +182,95 @@ def test_an_allowed_private_name_is_reached_and_tunnelled_untouched(make_proxy: 
     assert upstream.received[-1].headers["Authorization"] == f"Bearer {PLACEHOLDER}"
 
 
+class RawUpstream:
+    """A TCP server for one connection that answers what it read, once the client's side ended."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(10)
+        self.port = self._listener.getsockname()[1]
+        self.got_eof = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        connection, _ = self._listener.accept()
+        with connection:
+            received = b""
+            while chunk := connection.recv(65536):
+                received += chunk
+            self.got_eof.set()
+            connection.sendall(b"you sent " + str(len(received)).encode())
+
+    def close(self) -> None:
+        self._thread.join(timeout=10)
+        self._listener.close()
+
+
+def tunnel_to(door: Door, port: int) -> socket.socket:
+    client = socket.create_connection(("127.0.0.1", door.port), timeout=10)
+    client.sendall(f"CONNECT {ALLOWED}:{port} HTTP/1.1\r\n\r\n".encode())
+    assert client.recv(1024).startswith(b"HTTP/1.1 200")
+    return client
+
+
+def receive_all(client: socket.socket) -> bytes:
+    data = b""
+    while chunk := client.recv(65536):
+        data += chunk
+    return data
+
+
+def test_a_tunnel_passes_the_clients_end_on_and_still_delivers_the_reply(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
+    raw = RawUpstream()
+    door = Door(make_proxy(upstream), session())
+    try:
+        with tunnel_to(door, raw.port) as client:
+            client.sendall(b"x" * 3_000_000)
+            client.shutdown(socket.SHUT_WR)
+            assert receive_all(client) == b"you sent 3000000"
+    finally:
+        door.close()
+        raw.close()
+
+
+def test_closing_a_sessions_door_ends_its_open_tunnels(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
+    raw = RawUpstream()
+    door = Door(make_proxy(upstream), session())
+    try:
+        with tunnel_to(door, raw.port) as client:
+            client.sendall(b"still talking")
+            door.close()
+            # Both ends learn it is over: the client reads the end, the upstream its EOF.
+            assert receive_all(client) == b""
+            assert raw.got_eof.wait(10), "the upstream never saw the tunnel end"
+    finally:
+        door.close()
+        raw.close()
+
+
+def test_a_tunnel_keeps_to_the_sessions_bandwidth(make_proxy: ProxyFactory, upstream: LocalUpstream,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    raw = RawUpstream()
+    door = Door(make_proxy(upstream, bandwidth_bytes_s=64 * 1024), session())
+    caplog.set_level(logging.INFO, logger="cairn.sandbox.egress.proxy")
+    try:
+        with tunnel_to(door, raw.port) as client:
+            started = time.monotonic()
+            client.sendall(b"x" * 160 * 1024)
+            client.shutdown(socket.SHUT_WR)
+            assert receive_all(client) == b"you sent 163840"
+            elapsed = time.monotonic() - started
+    finally:
+        door.close()
+        raw.close()
+    # 64 KiB are in the bucket; the other 96 KiB owe 1.5 s at 64 KiB/s.
+    assert elapsed >= 1.4
+    line = until_blocking(lambda: next((r.getMessage() for r in caplog.records if "decision=tunnelled" in r.getMessage()), None),
+                          "the tunnel's log line")
+    assert "sent=163840" in line and "received=15" in line
+
+
 def test_restricted_allows_exactly_its_domains_minus_the_blocked(make_proxy: ProxyFactory, plain_upstream: LocalUpstream) -> None:
     upstream = plain_upstream
     policy = NetworkPolicy("restricted", allowed_domains=(ALLOWED, "*.allowed.test"),
@@ -283,22 +374,11 @@ def drain(proxy: EgressProxy) -> list[EgressEvent]:
     return anyio.run(take)
 
 
-def test_a_sessions_bandwidth_is_paced_by_its_token_bucket(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cairn.sandbox.egress import proxy as proxy_module
+def test_a_sessions_bandwidth_is_paced_by_its_token_bucket() -> None:
+    from cairn.sandbox.egress.proxy import _Throttle
 
-    waits: list[float] = []
-
-    async def record(delay: float) -> None:
-        waits.append(delay)
-
-    monkeypatch.setattr(proxy_module.asyncio, "sleep", record)
-    throttle = proxy_module._Throttle(1024)
-
-    async def spend() -> None:
-        for _ in range(3):
-            await throttle.spend(1024)
-
-    anyio.run(spend)
-    # The first second's worth is in the bucket; the next two KiB are owed. No time passes
-    # here (the sleeps are recorded, not slept), so the last wait is the whole debt: 2 s.
-    assert len(waits) == 2 and 1.9 <= waits[-1] <= 2.1
+    throttle = _Throttle(1024)
+    waits = [throttle.take(1024) for _ in range(3)]
+    # The first second's worth is in the bucket; the next two KiB are owed. The waits are
+    # not slept here, so the last one is (almost) the whole debt: 2 s.
+    assert waits[0] == 0.0 and 0.9 <= waits[1] <= 1.0 and 1.9 <= waits[2] <= 2.0
