@@ -8,6 +8,7 @@ record of what it received, not only on what the sandboxed program prints.
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import textwrap
 from collections.abc import Iterator
@@ -199,13 +200,18 @@ async def test_credentials_are_substituted_only_for_their_hosts(
     assert received["/curl-other"].headers["Authorization"] == f"Bearer {PLACEHOLDER}"
     other = received[f"/urllib-{OTHER}"]
     assert other.headers["Authorization"] == f"Bearer {PLACEHOLDER}" and other.body == f"key={PLACEHOLDER}".encode()
-    has_requests = await run(backend, workspace, "python3 -c 'import requests' 2>/dev/null && echo yes", None)
-    if has_requests.strip() == "yes":  # the rootfs is the host's /usr: requests only if installed there
-        requests_call = (f"python3 -c \"import os, requests; print(requests.post('https://{API}:{port}/requests', "
-                         "headers={'Authorization': 'Bearer ' + os.environ['API_KEY']}).status_code)\"")
-        assert (await run(backend, workspace, requests_call, enabled("sess_egress_secrets", secret),
-                          env={"API_KEY": PLACEHOLDER})).strip() == "200"
-        assert [r for r in tls_upstream.received if r.path == "/requests"][0].headers["Authorization"] == f"Bearer {SECRET}"
+    # requests as a sandboxed program gets it: its own copy in the workspace (the rootfs is the
+    # host's /usr, which need not have it), trusting what the sandbox's REQUESTS_CA_BUNDLE names.
+    for package in ("requests", "urllib3", "idna", "certifi", "charset_normalizer"):
+        spec = importlib.util.find_spec(package)
+        assert spec is not None and spec.submodule_search_locations, f"{package} is a test dependency"
+        shutil.copytree(spec.submodule_search_locations[0], workspace / "site" / package)
+    requests_call = (f"PYTHONPATH=/workspace/site python3 -c \"import os, requests; print(requests.post("
+                     f"'https://{API}:{port}/requests', headers={{'Authorization': 'Bearer ' + os.environ['API_KEY']}})"
+                     ".status_code)\"")
+    assert (await run(backend, workspace, requests_call, enabled("sess_egress_secrets", secret),
+                      env={"API_KEY": PLACEHOLDER})).strip() == "200"
+    assert [r for r in tls_upstream.received if r.path == "/requests"][0].headers["Authorization"] == f"Bearer {SECRET}"
     # What the sandbox can see of the secret: nothing, not even in its own files.
     leaked = await run(backend, workspace, f"env; grep -rs {SECRET} /workspace /tmp /etc; echo done",
                        enabled("sess_egress_secrets", secret), env={"API_KEY": PLACEHOLDER})
