@@ -8,7 +8,10 @@ process, its own test CA), interleaved request by request:
 - `tunnel`: curl through the proxy (CONNECT) to a host without credentials: TLS end to end;
 - `intercepted`: curl through the proxy to a host with a credential: the proxy terminates
   TLS with Cairn's CA, re-encrypts to the upstream and substitutes the placeholder in the
-  request's Authorization header.
+  request's Authorization header;
+- `forwarder` (the floor for any proxy): curl to a bare TCP forwarder in this process
+  (`--connect-to`), two threads per connection doing blocking `recv`/`sendall` with Nagle
+  off: what the second hop costs with nothing to decide.
 
 Each request is a fresh curl (a new connection and TLS handshake, as a sandboxed command
 makes), timed by curl itself (`time_total`, so process start is not counted). The proxy
@@ -28,6 +31,7 @@ Usage: .venv/bin/python benchmarks/egress.py [--requests 200] [--downloads 5] [-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import shutil
@@ -36,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 from cairn.sandbox.egress import EgressCA, EgressProxy, EgressSettings, NetworkPolicy, SessionEgress, WireSecret
@@ -91,6 +96,8 @@ def main() -> None:
             "direct": ["--resolve", f"{TUNNEL_HOST}:{port}:127.0.0.1", f"https://{TUNNEL_HOST}:{port}/"],
             "tunnel": ["-x", proxy_url, f"https://{TUNNEL_HOST}:{port}/"],
             "intercepted": ["-x", proxy_url, f"https://{INTERCEPTED_HOST}:{port}/"],
+            "forwarder": ["--connect-to", f"{TUNNEL_HOST}:{port}:127.0.0.1:{_forwarder(port)}",
+                          f"https://{TUNNEL_HOST}:{port}/"],
         }
         try:
             _latency(ways, bundle, args.requests)
@@ -102,6 +109,35 @@ def main() -> None:
             proxy.close()
             upstream.stdin.close()
             upstream.wait(timeout=30)
+
+
+def _forwarder(port: int) -> int:
+    """A bare TCP forwarder to 127.0.0.1:`port` on daemon threads; its own port."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def copy(source: socket.socket, sink: socket.socket) -> None:
+        buffer = memoryview(bytearray(256 * 1024))
+        with contextlib.suppress(OSError):
+            while size := source.recv_into(buffer):
+                sink.sendall(buffer[:size])
+            sink.shutdown(socket.SHUT_WR)
+
+    def forward(client: socket.socket) -> None:
+        with client, socket.create_connection(("127.0.0.1", port)) as upstream:
+            for sock in (client, upstream):  # as the proxy does: no Nagle delay on small writes
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            upward = threading.Thread(target=copy, args=(client, upstream), daemon=True)
+            upward.start()
+            copy(upstream, client)
+            upward.join()
+
+    def accept() -> None:
+        while True:
+            client, _ = listener.accept()
+            threading.Thread(target=forward, args=(client,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    return int(listener.getsockname()[1])
 
 
 def _curl(argv: list[str], bundle: Path, metric: str) -> tuple[float, float, float]:
