@@ -110,18 +110,17 @@ async def tunnel(client: socket.socket, upstream: socket.socket, up: Count, down
     client's end of stream is passed on as a half-close and the reply still awaited.
 
     Each direction runs on a thread of its own over blocking duplicates of the two
-    sockets, copying through one buffer: a download then costs two system calls a
-    piece and no event-loop turns, which keeps most of a direct connection's
-    throughput (benchmarks/egress.py; splice(2) moved the bytes with less of the
-    proxy's time but left the client more work, and lost overall). The caller keeps
-    and closes its sockets; on the way out they are shut down, which wakes both threads.
+    sockets, copying through one buffer: a download costs two system calls per few
+    hundred KB and no event-loop turns (docs/decisions.md, "A tunnel's bytes"). The
+    caller keeps and closes its sockets; on the way out they are shut down, which wakes
+    both threads, so none outlives the connection by more than a system call.
     """
     stop = threading.Event()
     for sock in (client, upstream):
         sock.setblocking(True)  # the file's mode, shared with the threads' duplicates
-    upward = _on_thread(_copy, client.dup(), upstream.dup(), up, stop)
-    downward = _on_thread(_copy, upstream.dup(), client.dup(), down, stop)
     try:
+        upward = _copy_on_thread(client, upstream, up, stop)
+        downward = _copy_on_thread(upstream, client, down, stop)
         await run_both(upward, downward, wait_for_reply=True)
     finally:
         stop.set()
@@ -130,23 +129,12 @@ async def tunnel(client: socket.socket, upstream: socket.socket, up: Count, down
                 sock.shutdown(socket.SHUT_RDWR)
 
 
-def _copy(source: socket.socket, sink: socket.socket, count: Count, stop: threading.Event) -> None:
-    """One direction of a tunnel, on its own thread, until `source` ends; then half-close `sink`."""
-    with source, sink:
-        buffer = memoryview(bytearray(_TUNNEL_BUFFER))
-        while size := source.recv_into(buffer):
-            delay = count(size)
-            if delay and stop.wait(delay):
-                return
-            sink.sendall(buffer[:size])
-        sink.shutdown(socket.SHUT_WR)
-
-
-def _on_thread(work: Callable[..., None], *args: object) -> asyncio.Future[None]:
-    """Run `work(*args)` on a daemon thread; the future settles when it returns or raises
-    (and is left alone if it was cancelled meanwhile)."""
+def _copy_on_thread(source: socket.socket, sink: socket.socket, count: Count, stop: threading.Event) -> asyncio.Future[None]:
+    """Start copying `source` to `sink` on a daemon thread (over duplicates it owns); the
+    future settles when it ends, and is left alone if it was cancelled meanwhile."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[None] = loop.create_future()
+    duplicates = (source.dup(), sink.dup())
 
     def settle(error: BaseException | None) -> None:
         if future.done():
@@ -159,7 +147,7 @@ def _on_thread(work: Callable[..., None], *args: object) -> asyncio.Future[None]
     def run() -> None:
         error: BaseException | None = None
         try:
-            work(*args)
+            _copy(*duplicates, count, stop)
         except BaseException as exc:  # handed to the loop: the connection's task reports it
             error = exc
         try:
@@ -167,8 +155,25 @@ def _on_thread(work: Callable[..., None], *args: object) -> asyncio.Future[None]
         except RuntimeError:
             pass  # the proxy's loop is closed: nobody waits for this connection any more
 
-    threading.Thread(target=run, name="cairn-egress-tunnel", daemon=True).start()
+    try:
+        threading.Thread(target=run, name="cairn-egress-tunnel", daemon=True).start()
+    except RuntimeError as exc:  # out of threads: the tunnel ends, the proxy goes on
+        for sock in duplicates:
+            sock.close()
+        raise OSError(f"cannot start a thread for the tunnel: {exc}") from exc
     return future
+
+
+def _copy(source: socket.socket, sink: socket.socket, count: Count, stop: threading.Event) -> None:
+    """One direction of a tunnel until `source` ends; then half-close `sink`. Closes both."""
+    with source, sink:
+        buffer = memoryview(bytearray(_TUNNEL_BUFFER))
+        while size := source.recv_into(buffer):
+            delay = count(size)
+            if delay and stop.wait(delay):
+                return
+            sink.sendall(buffer[:size])
+        sink.shutdown(socket.SHUT_WR)
 
 
 async def pump(

@@ -249,6 +249,29 @@ def test_closing_a_sessions_door_ends_its_open_tunnels(make_proxy: ProxyFactory,
         raw.close()
 
 
+def test_a_tunnel_without_a_thread_ends_and_the_proxy_goes_on(make_proxy: ProxyFactory, upstream: LocalUpstream,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    from cairn.sandbox.egress import _relay
+
+    class NoThreads(threading.Thread):
+        def start(self) -> None:
+            raise RuntimeError("can't start new thread")
+
+    door = Door(make_proxy(upstream), session())
+    caplog.set_level(logging.INFO, logger="cairn.sandbox.egress.proxy")
+    try:
+        monkeypatch.setattr(_relay.threading, "Thread", NoThreads)
+        with tunnel_to(door, upstream.port) as client:
+            assert receive_all(client) == b""  # ended, not hung
+        until_blocking(lambda: "ended by OSError" in caplog.text, "the ended tunnel's log line")
+        monkeypatch.undo()
+        status, body = door.https(ALLOWED, upstream.port, trust=str(upstream.ca_file))
+    finally:
+        door.close()
+    assert (status, body) == (200, b"ok\n")
+
+
 def test_a_tunnel_keeps_to_the_sessions_bandwidth(make_proxy: ProxyFactory, upstream: LocalUpstream,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     raw = RawUpstream()
