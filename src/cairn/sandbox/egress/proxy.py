@@ -18,10 +18,11 @@ a plain `http://` URL. The proxy
 3. tunnels the bytes untouched, or, for HTTPS on 443 and 8443 (the operator may name
    other ports) to a host one of the
    session's credentials is allowed for, intercepts: it terminates TLS with a certificate
-   from Cairn's CA (`ca.py`), re-encrypts to the real host with normal verification, and
-   substitutes the credentials' placeholders in the requests (`_http.py`); placeholders
-   of credentials not allowed there pass unchanged and are reported, as are any seen in
-   plain HTTP.
+   from Cairn's CA (`ca.py`), re-encrypts to the real host with normal verification,
+   substitutes the credentials' placeholders in the requests and puts the placeholder
+   back in place of every secret of the session in the responses (`_exchanges.py`), so
+   what the sandbox reads never holds one; placeholders of credentials not allowed there
+   pass unchanged and are reported, as are any seen in plain HTTP.
 What it logs of a connection: session, host, port, decision and byte counts; never a
 path, a header or a byte of content.
 """
@@ -31,17 +32,19 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import re
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from urllib.parse import urlsplit, urlunsplit
 
 from cairn.config import EgressSettings
-from cairn.sandbox.egress._http import HttpError, RequestHead, relay_requests
+from cairn.sandbox.egress._exchanges import Exchanges, relay_requests, relay_responses
+from cairn.sandbox.egress._http import Flow, HttpError, RequestHead
 from cairn.sandbox.egress._relay import accepted_streams, connect, connect_socket, pump, receive_head, run_both, tunnel
 from cairn.sandbox.egress.addresses import AddressGuard, IPAddress
 from cairn.sandbox.egress.ca import EgressCA
@@ -56,6 +59,7 @@ logger = logging.getLogger(__name__)
 
 _START_TIMEOUT_S = 10.0
 _ESTABLISHED = b"HTTP/1.1 200 Connection established\r\n\r\n"
+_CODING = re.compile(r"[a-z0-9.+-]{1,32}")
 
 
 class Refused(Exception):
@@ -257,7 +261,8 @@ class EgressProxy:
             if rest:
                 raise HttpError(400, "data was sent before the tunnel was established")
             others = [secret for secret in session.secrets if secret not in secrets]
-            await self._intercept(client, connection, addresses, Substituter(secrets, others))
+            await self._intercept(client, connection, addresses, Substituter.for_requests(secrets, others),
+                                  Substituter.for_responses(session.secrets))
             return
         upstream = await connect_socket(addresses, port)
         try:
@@ -279,12 +284,12 @@ class EgressProxy:
         """A plain-HTTP request: one per connection, credentials never substituted (and
         their placeholders reported)."""
         connection.decision = "forwarded"
-        scan = Substituter((), session.secrets)
+        scan = Substituter.for_requests((), session.secrets)
         up_reader, up_writer = await connect(addresses, connection.port)
         reader, writer = await accepted_streams(client, already_read=rest)
         try:
             target = urlunsplit(("", "", path or "/", query, ""))
-            first = head.render(target=target, drop=("proxy-connection", "proxy-authorization", "connection"),
+            first = replace(head, target=target).render(drop=("proxy-connection", "proxy-authorization", "connection"),
                                 add=(("Connection", "close"),))
             up_writer.write(scan.replace_all(first))
             await run_both(
@@ -326,7 +331,8 @@ class EgressProxy:
         return list(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
 
     async def _intercept(
-        self, client: socket.socket, connection: _Connection, addresses: list[IPAddress], substituter: Substituter
+        self, client: socket.socket, connection: _Connection, addresses: list[IPAddress],
+        substituter: Substituter, redactor: Substituter,
     ) -> None:
         connection.decision = "intercepted"
         try:
@@ -342,35 +348,54 @@ class EgressProxy:
         except BaseException:
             up_writer.close()
             raise
-        count_up = partial(_count, connection, upward=True)
-
-        async def send(data: bytes) -> None:
-            if data:
-                if delay := count_up(len(data)):
-                    await asyncio.sleep(delay)
-                up_writer.write(data)
-                await up_writer.drain()
-
+        exchanges = Exchanges()
+        requests = Flow(reader, partial(_send, up_writer, connection, upward=True), substituter, "request", 400)
+        responses = Flow(up_reader, partial(_send, writer, connection, upward=False), redactor, "response", 502)
         try:
             await run_both(
-                relay_requests(reader, send, substituter),
-                pump(up_reader, writer, partial(_count, connection, upward=False)),
+                relay_requests(requests, exchanges),
+                relay_responses(responses, exchanges, partial(self._report_encoded, connection)),
                 wait_for_reply=False,
             )
         except HttpError as exc:
-            connection.decision += f", bad request ({exc.status})"
+            connection.decision += f", ended: {exc}"
         finally:
             up_writer.close()
             writer.close()
             self._report_withheld(connection, substituter)
+            self._report_redacted(connection, redactor)
 
     def _report_withheld(self, connection: _Connection, substituter: Substituter) -> None:
-        if substituter.withheld:
+        if substituter.unchanged:
             self.reports.report(EgressEvent(
                 connection.session_id, "credential_withheld", connection.host, connection.port,
                 f"a credential placeholder was sent to {connection.host}, which that credential is not "
                 "allowed for; it was passed on unchanged",
             ))
+
+    def _report_redacted(self, connection: _Connection, redactor: Substituter) -> None:
+        if redactor.replaced:
+            self.reports.report(EgressEvent(
+                connection.session_id, "credential_redacted", connection.host, connection.port,
+                f"{redactor.replaced} occurrence(s) of a credential's secret in responses from {connection.host} "
+                "were replaced by the credential's placeholder",
+            ))
+
+    def _report_encoded(self, connection: _Connection, coding: str) -> None:
+        coding = coding if _CODING.fullmatch(coding) else "(unrecognised)"  # the upstream's text, kept short
+        self.reports.report(EgressEvent(
+            connection.session_id, "response_encoded", connection.host, connection.port,
+            f"a response from {connection.host} came with Content-Encoding {coding!r} although the proxy asked for "
+            "identity; its bytes were scanned for credentials as they are, its decoded content was not",
+        ))
+
+
+async def _send(sink: asyncio.StreamWriter, connection: _Connection, data: bytes, *, upward: bool) -> None:
+    """Send `data` on one direction of an intercepted connection, counted and paced."""
+    if delay := _count(connection, len(data), upward=upward):
+        await asyncio.sleep(delay)
+    sink.write(data)
+    await sink.drain()
 
 
 def _count(connection: _Connection, size: int, *, upward: bool) -> float:

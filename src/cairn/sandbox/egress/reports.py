@@ -27,7 +27,7 @@ _QUEUE_MAX = 10_000
 @dataclass(frozen=True, slots=True)
 class EgressEvent:
     session_id: str
-    kind: Literal["network_blocked", "credential_withheld"]
+    kind: Literal["network_blocked", "credential_withheld", "credential_redacted", "response_encoded"]
     host: str
     port: int
     reason: str

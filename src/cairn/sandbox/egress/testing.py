@@ -5,12 +5,20 @@ it receives.
 `allow_private` names and the test resolver map), with a certificate from its own test
 CA (`ca_file`, what `CAIRN_EGRESS_UPSTREAM_CA` points the proxy at). Every request's
 host, method, path, headers and body are kept in `received`; `GET /bytes/<n>` answers
-`n` bytes (downloads for the benchmark); everything else answers `ok`.
+`n` bytes (downloads for the benchmark); `/status/<code>` answers that status without a
+body; `/echo` answers the request's headers (`Name: value` lines), a blank line and its
+body, and its Authorization header in `X-Echo-Authorization` (a service that reflects
+what it got, for the proxy's redaction), shaped by its query: `repeat=<n>` repeats the
+echo, `chunked=<size>` sends it chunked in pieces of that size with the Authorization
+header again as a trailer, `close=1` delimits it by closing the connection, `gzip=1`
+compresses it (`Content-Encoding: gzip`), `early=1` sends a `103 Early Hints` first;
+`/malformed` answers a response that does not parse; everything else answers `ok`.
 """
 
 from __future__ import annotations
 
 import datetime
+import gzip
 import ipaddress
 import socket
 import ssl
@@ -21,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -72,12 +81,56 @@ class LocalUpstream:
                         self.wfile.write(piece)
                         size -= len(piece)
                     return
+                if self.path.startswith("/status/"):
+                    self.send_response(int(self.path.rsplit("/", 1)[1]))
+                    self.end_headers()
+                    return
+                if self.path.startswith("/echo"):
+                    self._echo(body)
+                    return
+                if self.path == "/malformed":
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: many\r\n\r\nok\n")
+                    self.close_connection = True
+                    return
                 self.send_response(200)
                 self.send_header("Content-Length", "3")
                 self.end_headers()
-                self.wfile.write(b"ok\n")
+                if self.command != "HEAD":
+                    self.wfile.write(b"ok\n")
 
-            do_GET = do_POST = do_PUT = _answer
+            def _echo(self, body: bytes) -> None:
+                query = {name: values[-1] for name, values in parse_qs(urlsplit(self.path).query).items()}
+                authorization = self.headers.get("Authorization", "")
+                echo = "".join(f"{name}: {value}\n" for name, value in self.headers.items()).encode() + b"\n" + body
+                echo *= int(query.get("repeat", "1"))
+                if query.get("early"):
+                    self.send_response_only(103)
+                    self.send_header("X-Early-Authorization", authorization)
+                    self.end_headers()
+                self.send_response(200)
+                self.send_header("X-Echo-Authorization", authorization)
+                if query.get("gzip"):
+                    echo = gzip.compress(echo)
+                    self.send_header("Content-Encoding", "gzip")
+                if size := int(query.get("chunked", "0")):
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for start in range(0, len(echo), size):
+                        piece = echo[start : start + size]
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                        self.wfile.flush()
+                    self.wfile.write(f"0\r\nX-Trailer-Authorization: {authorization}\r\n\r\n".encode())
+                    return
+                if query.get("close"):
+                    self.send_header("Connection", "close")
+                    self.close_connection = True
+                else:
+                    self.send_header("Content-Length", str(len(echo)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(echo)
+
+            do_GET = do_POST = do_PUT = do_HEAD = _answer
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

@@ -95,7 +95,7 @@ class Door:
             connection.close()
 
     def https(
-        self, host: str, port: int, *, method: str = "GET", body: bytes | None = None,
+        self, host: str, port: int, *, method: str = "GET", path: str = "/", body: bytes | None = None,
         headers: dict[str, str] | None = None, trust: str | None = None,
     ) -> tuple[int, bytes]:
         """An HTTPS request through a CONNECT tunnel, trusting the proxy's CA and `trust`."""
@@ -105,7 +105,7 @@ class Door:
         connection = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=10, context=context)
         connection.set_tunnel(host, port)
         try:
-            connection.request(method, "/echo", body=body, headers=headers or {})
+            connection.request(method, path, body=body, headers=headers or {})
             response = connection.getresponse()
             return response.status, response.read()
         finally:

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cairn.sandbox.egress import WireSecret
-from cairn.sandbox.egress._http import BUFFERED_BODY_MAX, HttpError, relay_requests
+from cairn.sandbox.egress._exchanges import Exchanges, relay_requests
+from cairn.sandbox.egress._http import BUFFERED_BODY_MAX, Flow, HttpError
 from cairn.sandbox.egress.substitution import Substituter
 
 ALLOWED = WireSecret("c1", "API_KEY", "cairn_ph_allowed_0123456789abcdef", "the-real-secret", ("api.test",))
@@ -23,7 +24,7 @@ OTHER = WireSecret("c2", "OTHER", "cairn_ph_other_fedcba9876543210", "other-secr
 )
 def test_a_stream_cut_anywhere_is_substituted_as_a_whole(parts: list[bytes], cuts: list[int]) -> None:
     data = b"".join(parts)
-    substituter = Substituter([ALLOWED], [OTHER])
+    substituter = Substituter.for_requests([ALLOWED], [OTHER])
     out, start = [], 0
     for cut in sorted(c % (len(data) + 1) for c in cuts):
         out.append(substituter.feed(data[start:cut]))
@@ -32,8 +33,8 @@ def test_a_stream_cut_anywhere_is_substituted_as_a_whole(parts: list[bytes], cut
     out.append(substituter.flush())
     expected = data.replace(ALLOWED.placeholder.encode(), ALLOWED.value.encode())
     assert b"".join(out) == expected
-    assert substituter.substituted == data.count(ALLOWED.placeholder.encode())
-    assert substituter.withheld == data.count(OTHER.placeholder.encode())
+    assert substituter.replaced == data.count(ALLOWED.placeholder.encode())
+    assert substituter.unchanged == data.count(OTHER.placeholder.encode())
 
 
 def relay(raw: bytes) -> bytes:
@@ -46,7 +47,8 @@ def relay(raw: bytes) -> bytes:
         async def send(data: bytes) -> None:
             sent.append(data)
 
-        await relay_requests(reader, send, Substituter([ALLOWED], [OTHER]))
+        flow = Flow(reader, send, Substituter.for_requests([ALLOWED], [OTHER]), "request", 400)
+        await relay_requests(flow, Exchanges())
         return b"".join(sent)
 
     return asyncio.run(go())
@@ -59,16 +61,18 @@ def test_a_sized_body_is_re_measured() -> None:
     head, rest = out.split(b"\r\n\r\n", 1)
     assert b"Content-Length: %d" % len(b"token=the-real-secret") in head
     assert rest.startswith(b"token=the-real-secret")
-    assert rest.endswith(b"Authorization: Bearer the-real-secret\r\n\r\n")
+    # The proxy asks for an uncompressed response, whatever the client accepts.
+    assert rest.endswith(b"Authorization: Bearer the-real-secret\r\nAccept-Encoding: identity\r\n\r\n")
 
 
 def test_a_chunked_body_is_re_chunked() -> None:
     placeholder = ALLOWED.placeholder.encode()
     body = b"a=" + placeholder
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in (body[:10], body[10:]))
-    out = relay(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n")
+    out = relay(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nAccept-Encoding: gzip, br\r\nTE: gzip\r\n\r\n"
+                + chunks + b"0\r\n\r\n")
     head, rest = out.split(b"\r\n\r\n", 1)
-    assert b"Transfer-Encoding: chunked" in head
+    assert b"Transfer-Encoding: chunked" in head and b"gzip" not in head and b"Accept-Encoding: identity" in head
     decoded, remaining = b"", rest
     while True:
         size_line, remaining = remaining.split(b"\r\n", 1)
@@ -101,6 +105,8 @@ def test_a_body_behind_100_continue_streams_as_chunked() -> None:
         b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
         b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
         b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0x3\r\nabc\r\n0\r\n\r\n",
         b"GARBAGE\r\n\r\n",
         b"GET / HTTP/1.1\r\nno colon here\r\n\r\n",
     ],

@@ -1,0 +1,216 @@
+"""Responses of an intercepted connection, framed and redacted, byte for byte: every secret
+of the session becomes its placeholder in heads, bodies and trailers, whatever the framing,
+and a response that does not parse ends the relay without passing anything of it on.
+
+What the relay sends is read back with h11 (an HTTP/1.1 parser of its own), as the
+sandbox's client would read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import h11
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cairn.sandbox.egress import WireSecret, _http
+from cairn.sandbox.egress._exchanges import Exchanges, relay_responses
+from cairn.sandbox.egress._http import Flow, HttpError, RequestHead
+from cairn.sandbox.egress.substitution import Substituter
+
+API = WireSecret("c1", "API_KEY", "cairn_ph_api_0123456789abcdef", "sk-the-real-api-secret-42", ("api.test",))
+OTHER = WireSecret("c2", "OTHER", "cairn_ph_other_fedcba9876543210", "other-secret-value", ("other.test",))
+SECRET, PLACEHOLDER = API.value.encode(), API.placeholder.encode()
+
+
+@dataclass
+class Relayed:
+    sent: bytes
+    redacted: int
+    encodings: list[str]
+    error: HttpError | None
+
+
+def respond(pieces: list[bytes], methods: list[str]) -> Relayed:
+    """Relay the upstream's bytes, arriving in `pieces`, as the responses to `methods`."""
+
+    async def go() -> Relayed:
+        reader = asyncio.StreamReader(limit=1024 * 1024)
+        sent: list[bytes] = []
+        encodings: list[str] = []
+
+        async def send(data: bytes) -> None:
+            sent.append(data)
+
+        async def arrive() -> None:
+            for piece in pieces:
+                reader.feed_data(piece)
+                await asyncio.sleep(0)  # each piece is read on its own, as from a socket
+            reader.feed_eof()
+
+        exchanges = Exchanges()
+        for method in methods:
+            exchanges.sent(RequestHead(method, "/", "HTTP/1.1", []))
+        redactor = Substituter.for_responses([API, OTHER])
+        feeding = asyncio.create_task(arrive())
+        error = None
+        try:
+            await relay_responses(Flow(reader, send, redactor, "response", 502), exchanges, encodings.append)
+        except HttpError as exc:
+            error = exc
+        await feeding
+        return Relayed(b"".join(sent), redactor.replaced, encodings, error)
+
+    return asyncio.run(go())
+
+
+def read_back(data: bytes, methods: list[str]) -> list[tuple[int, dict[str, str], bytes, dict[str, str]]]:
+    """The responses in `data` as a client reads them, request after request: status,
+    headers, body, trailers (interim responses with an empty body)."""
+    client = h11.Connection(h11.CLIENT)
+    client.receive_data(data)
+    responses: list[tuple[int, dict[str, str], bytes, dict[str, str]]] = []
+    for method in methods:
+        client.send(h11.Request(method=method, target="/", headers=[("Host", "api.test")]))
+        client.send(h11.EndOfMessage())
+        body = b""
+        while not isinstance(event := client.next_event(), h11.EndOfMessage):
+            if event is h11.NEED_DATA:
+                client.receive_data(b"")  # the end of the connection
+            elif isinstance(event, h11.InformationalResponse | h11.Response):
+                responses.append((event.status_code, {k.decode(): v.decode() for k, v in event.headers}, b"", {}))
+            elif isinstance(event, h11.Data):
+                body += event.data
+            else:
+                raise AssertionError(f"unexpected {event!r}")
+        status, headers, _, _ = responses[-1]
+        responses[-1] = (status, headers, body, {k.decode(): v.decode() for k, v in event.headers})
+        if client.their_state is h11.DONE:
+            client.start_next_cycle()
+    return responses
+
+
+def split_everywhere(data: bytes, size: int = 3) -> list[bytes]:
+    return [data[start : start + size] for start in range(0, len(data), size)]
+
+
+def test_a_sized_response_is_redacted_and_re_measured_even_split_across_reads() -> None:
+    body = b'{"headers": {"Authorization": "Bearer ' + SECRET + b'"}, "other": "' + OTHER.value.encode() + b'"}'
+    raw = (b"HTTP/1.1 200 OK\r\nX-Echo: " + SECRET + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    relayed = respond(split_everywhere(raw), ["GET"])
+    assert SECRET not in relayed.sent and OTHER.value.encode() not in relayed.sent
+    [(status, headers, got, _)] = read_back(relayed.sent, ["GET"])
+    assert status == 200 and headers["x-echo"] == API.placeholder
+    assert got == body.replace(SECRET, PLACEHOLDER).replace(OTHER.value.encode(), OTHER.placeholder.encode())
+    assert headers["content-length"] == str(len(got))
+    assert relayed.redacted == 3
+
+
+def test_a_chunked_response_is_re_chunked_with_its_trailers_redacted() -> None:
+    body = b"token=" + SECRET + b"&again=" + SECRET
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in split_everywhere(body, 5))
+    raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\nX-Sig: " + SECRET + b"\r\n\r\n"
+    relayed = respond(split_everywhere(raw, 7), ["POST"])
+    assert SECRET not in relayed.sent
+    [(_, headers, got, trailers)] = read_back(relayed.sent, ["POST"])
+    assert got == body.replace(SECRET, PLACEHOLDER) and trailers == {"x-sig": API.placeholder}
+    assert headers["transfer-encoding"] == "chunked"
+
+
+def test_a_sized_body_beyond_the_buffer_limit_streams_as_chunked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_http, "BUFFERED_BODY_MAX", 64)
+    body = b"x" * 100 + SECRET + b"y" * 100
+    raw = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body + b"HTTP/1.1 204 No Content\r\n\r\n"
+    relayed = respond(split_everywhere(raw, 50), ["GET", "GET"])
+    [(_, headers, got, _), (status, _, empty, _)] = read_back(relayed.sent, ["GET", "GET"])
+    assert "content-length" not in headers and headers["transfer-encoding"] == "chunked"
+    assert got == body.replace(SECRET, PLACEHOLDER) and (status, empty) == (204, b"")
+
+
+def test_head_204_304_and_interim_responses_have_no_body() -> None:
+    # The HEAD's Content-Length announces a body it does not have: the next bytes are the
+    # next response, and so after 204 and 304; a 103 comes before its request's answer.
+    raw = (b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"
+           b"HTTP/1.1 204 No Content\r\nX-Id: " + SECRET + b"\r\n\r\n"
+           b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n"
+           b"HTTP/1.1 103 Early Hints\r\nLink: </" + SECRET + b">\r\n\r\n"
+           b"HTTP/1.1 100 Continue\r\n\r\n"
+           b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    methods = ["HEAD", "DELETE", "GET", "POST"]
+    relayed = respond([raw], methods)
+    assert relayed.error is None and SECRET not in relayed.sent
+    answers = [(status, body) for status, _, body, _ in read_back(relayed.sent, methods)]
+    assert answers == [(200, b""), (204, b""), (304, b""), (103, b""), (100, b""), (200, b"ok")]
+    assert relayed.sent.endswith(b"Content-Length: 2\r\n\r\nok")
+
+
+def test_a_response_without_length_is_read_to_the_end_of_the_connection() -> None:
+    raw = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + b"leak " + SECRET + b" end"
+    relayed = respond(split_everywhere(raw, 4), ["GET"])
+    assert relayed.error is None
+    assert relayed.sent.startswith(b"HTTP/1.1 200 OK\r\n")  # the proxy's own version
+    assert relayed.sent.endswith(b"\r\n\r\nleak " + PLACEHOLDER + b" end")
+
+
+def test_a_switch_of_protocols_is_relayed_unframed_and_still_redacted() -> None:
+    raw = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x05hello" + SECRET
+    relayed = respond(split_everywhere(raw, 6), ["GET"])
+    assert relayed.sent.endswith(b"\r\n\r\n\x81\x05hello" + PLACEHOLDER)
+
+
+def test_an_encoded_response_is_reported_and_still_scanned_as_it_is() -> None:
+    body = b"\x1f\x8b stored " + SECRET
+    raw = b"HTTP/1.1 200 OK\r\nContent-Encoding: x-stored\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    relayed = respond([raw], ["GET"])
+    assert relayed.encodings == ["x-stored"]
+    assert SECRET not in relayed.sent and relayed.sent.endswith(PLACEHOLDER)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: many\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nok\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokXX0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+        b"HTTP/1.1 2000 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"ICY 200 OK\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nbroken header\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nContent-Le",
+    ],
+)
+def test_a_malformed_response_ends_the_relay_and_passes_nothing_of_it_on(raw: bytes) -> None:
+    first = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    relayed = respond([first + raw], ["GET", "GET"])
+    assert relayed.error is not None and relayed.error.status == 502
+    assert str(relayed.error).startswith("malformed response: ")
+    # The good response went out whole; of the bad one, at most the head of a body that
+    # was being re-framed when it broke (a chunked stream that never ends).
+    assert relayed.sent.startswith(first)
+    assert b"ok" not in relayed.sent[len(first):]
+
+
+@settings(max_examples=50, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=1, max_value=400), min_size=1, max_size=8),
+       chunked=st.booleans())
+def test_a_secret_is_caught_wherever_the_reads_cut_it(cuts: list[int], chunked: bool) -> None:
+    body = b"a" * 37 + SECRET + b"b" * 11 + SECRET + SECRET + b"c" * 5
+    if chunked:
+        framed = b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    else:
+        framed = b"Content-Length: %d\r\n\r\n" % len(body) + body
+    raw = b"HTTP/1.1 200 OK\r\n" + framed
+    pieces, start = [], 0
+    for cut in sorted(set(cut % len(raw) for cut in cuts)):
+        pieces.append(raw[start:cut])
+        start = cut
+    pieces.append(raw[start:])
+    relayed = respond([piece for piece in pieces if piece], ["GET"])
+    [(_, _, got, _)] = read_back(relayed.sent, ["GET"])
+    assert got == body.replace(SECRET, PLACEHOLDER) and relayed.redacted == 3
