@@ -1,11 +1,15 @@
 """The egress proxy's reports, appended to the log of the session they concern.
 
-A connection the proxy refused (`agent.session.environment.network_blocked`) and a
+A connection the proxy refused (`agent.session.environment.network_blocked`), a
 credential placeholder sent where that credential is not allowed
-(`agent.session.environment.credential_withheld`) are never silent: the program got a
-403 or its placeholder went out unchanged, and the session's log says so, with the host,
-the port and the reason (and how many similar events the proxy's rate limit dropped
-before this one). Nothing of the connection's content is in it.
+(`agent.session.environment.credential_withheld`), a secret the proxy replaced by its
+placeholder in a response (`agent.session.environment.credential_redacted`) and a
+response whose encoding kept the proxy from reading its content
+(`agent.session.environment.response_encoded`) are never silent: the program got a 403,
+its placeholder went out unchanged or it read something else than the service sent, and
+the session's log says so, with the host, the port and the reason (and how many similar
+events the proxy's rate limit dropped before this one). Nothing of the connection's
+content is in it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from cairn.engine.runtime import Runtime
 from cairn.engine.sessions import SessionService
 from cairn.engine.tools.shell import session_egress
 from cairn.errors import InvalidRequestError
-from cairn.sandbox.egress import EgressEvent, NetworkPolicy, WireSecret
+from cairn.sandbox.egress import EgressEvent, EgressKind, NetworkPolicy, WireSecret
 from cairn.store.events import read_events_after
 from cairn.store.sessions import list_tenants
 from tests.waits import until
@@ -29,26 +29,27 @@ def echo_script(runtime: Runtime) -> None:
 NETWORK = {"access": "restricted", "allowed_domains": ["Api.Example.com", "*.example.org"], "blocked_domains": ["x.example.org"]}
 
 
-async def test_a_refused_connection_lands_on_the_sessions_log(runtime: Runtime) -> None:
+@pytest.mark.parametrize("kind", ["network_blocked", "credential_redacted", "response_encoded"])
+async def test_the_proxys_reports_land_on_the_sessions_log(runtime: Runtime, kind: EgressKind) -> None:
     created = await SessionService(runtime).create(
         "t1", {"agent": {"model": "scripted:echo"}, "environment": {"type": "openai_hosted", "network": NETWORK}}
     )
     session = created.session
     assert runtime.egress is not None
 
-    async def blocked() -> list[dict[str, object]]:
+    async def reported() -> list[dict[str, object]]:
         async with runtime.db.read() as conn:
             events = await read_events_after(conn, session.id, 0, limit=1000)
         decoded = [json.loads(e.data) for e in events]
-        return [e for e in decoded if e["type"] == "agent.session.environment.network_blocked"]
+        return [e for e in decoded if e["type"] == f"agent.session.environment.{kind}"]
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(record_egress_events, runtime)
-        runtime.egress.reports.report(EgressEvent(session.id, "network_blocked", "evil.test", 443, "not allowed"))
-        runtime.egress.reports.report(EgressEvent("sess_gone", "network_blocked", "evil.test", 443, "not allowed"))
-        [event] = await until(blocked, "the refusal on the session's log")
+        runtime.egress.reports.report(EgressEvent(session.id, kind, "evil.test", 443, "the reason"))
+        runtime.egress.reports.report(EgressEvent("sess_gone", kind, "evil.test", 443, "the reason"))
+        [event] = await until(reported, f"the {kind} report on the session's log")
         tg.cancel_scope.cancel()
-    assert event["network"] == {"host": "evil.test", "port": 443, "reason": "not allowed", "suppressed": 0}
+    assert event["network"] == {"host": "evil.test", "port": 443, "reason": "the reason", "suppressed": 0}
     assert event["environment"]["id"] == session.environment_id  # type: ignore[index]
 
 

@@ -6,11 +6,12 @@ from cairn.sandbox.egress.ca import EgressCA
 from cairn.sandbox.egress.credentials import SessionEgress, WireSecret
 from cairn.sandbox.egress.policy import NetworkPolicy, parse_domain_patterns
 from cairn.sandbox.egress.proxy import EgressProxy
-from cairn.sandbox.egress.reports import EgressEvent, EgressReports
+from cairn.sandbox.egress.reports import EgressEvent, EgressKind, EgressReports
 
 __all__ = [
     "EgressCA",
     "EgressEvent",
+    "EgressKind",
     "EgressProxy",
     "EgressReports",
     "EgressSettings",

@@ -1,4 +1,5 @@
-"""What the egress proxy tells a session's log: refused connections and withheld credentials.
+"""What the egress proxy tells a session's log: refused connections, withheld and redacted
+credentials, responses it could not read.
 
 The proxy's thread hands each `EgressEvent` to `EgressReports.report`, which drops
 repeats (the same session, kind, host and port within `REPEAT_S`) and anything beyond
@@ -17,17 +18,22 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["PER_SESSION_PER_MINUTE", "REPEAT_S", "EgressEvent", "EgressReports"]
+__all__ = ["PER_SESSION_PER_MINUTE", "REPEAT_S", "EgressEvent", "EgressKind", "EgressReports"]
 
 REPEAT_S = 60.0
 PER_SESSION_PER_MINUTE = 20
 _QUEUE_MAX = 10_000
 
+# What happened: a connection refused, a placeholder passed on unchanged (its credential is
+# not allowed there), a secret redacted from a response, a response whose content could
+# not be read (encoded).
+EgressKind = Literal["network_blocked", "credential_withheld", "credential_redacted", "response_encoded"]
+
 
 @dataclass(frozen=True, slots=True)
 class EgressEvent:
     session_id: str
-    kind: Literal["network_blocked", "credential_withheld", "credential_redacted", "response_encoded"]
+    kind: EgressKind
     host: str
     port: int
     reason: str

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-import h11
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,6 +19,7 @@ from cairn.sandbox.egress import WireSecret, _http
 from cairn.sandbox.egress._exchanges import Exchanges, relay_responses
 from cairn.sandbox.egress._http import Flow, HttpError, RequestHead
 from cairn.sandbox.egress.substitution import Substituter
+from tests.http_responses import read_responses
 
 API = WireSecret("c1", "API_KEY", "cairn_ph_api_0123456789abcdef", "sk-the-real-api-secret-42", ("api.test",))
 OTHER = WireSecret("c2", "OTHER", "cairn_ph_other_fedcba9876543210", "other-secret-value", ("other.test",))
@@ -67,32 +67,6 @@ def respond(pieces: list[bytes], methods: list[str]) -> Relayed:
     return asyncio.run(go())
 
 
-def read_back(data: bytes, methods: list[str]) -> list[tuple[int, dict[str, str], bytes, dict[str, str]]]:
-    """The responses in `data` as a client reads them, request after request: status,
-    headers, body, trailers (interim responses with an empty body)."""
-    client = h11.Connection(h11.CLIENT)
-    client.receive_data(data)
-    responses: list[tuple[int, dict[str, str], bytes, dict[str, str]]] = []
-    for method in methods:
-        client.send(h11.Request(method=method, target="/", headers=[("Host", "api.test")]))
-        client.send(h11.EndOfMessage())
-        body = b""
-        while not isinstance(event := client.next_event(), h11.EndOfMessage):
-            if event is h11.NEED_DATA:
-                client.receive_data(b"")  # the end of the connection
-            elif isinstance(event, h11.InformationalResponse | h11.Response):
-                responses.append((event.status_code, {k.decode(): v.decode() for k, v in event.headers}, b"", {}))
-            elif isinstance(event, h11.Data):
-                body += event.data
-            else:
-                raise AssertionError(f"unexpected {event!r}")
-        status, headers, _, _ = responses[-1]
-        responses[-1] = (status, headers, body, {k.decode(): v.decode() for k, v in event.headers})
-        if client.their_state is h11.DONE:
-            client.start_next_cycle()
-    return responses
-
-
 def split_everywhere(data: bytes, size: int = 3) -> list[bytes]:
     return [data[start : start + size] for start in range(0, len(data), size)]
 
@@ -102,7 +76,7 @@ def test_a_sized_response_is_redacted_and_re_measured_even_split_across_reads() 
     raw = (b"HTTP/1.1 200 OK\r\nX-Echo: " + SECRET + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
     relayed = respond(split_everywhere(raw), ["GET"])
     assert SECRET not in relayed.sent and OTHER.value.encode() not in relayed.sent
-    [(status, headers, got, _)] = read_back(relayed.sent, ["GET"])
+    [(status, headers, got, _)] = read_responses(relayed.sent, ["GET"])
     assert status == 200 and headers["x-echo"] == API.placeholder
     assert got == body.replace(SECRET, PLACEHOLDER).replace(OTHER.value.encode(), OTHER.placeholder.encode())
     assert headers["content-length"] == str(len(got))
@@ -115,7 +89,7 @@ def test_a_chunked_response_is_re_chunked_with_its_trailers_redacted() -> None:
     raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\nX-Sig: " + SECRET + b"\r\n\r\n"
     relayed = respond(split_everywhere(raw, 7), ["POST"])
     assert SECRET not in relayed.sent
-    [(_, headers, got, trailers)] = read_back(relayed.sent, ["POST"])
+    [(_, headers, got, trailers)] = read_responses(relayed.sent, ["POST"])
     assert got == body.replace(SECRET, PLACEHOLDER) and trailers == {"x-sig": API.placeholder}
     assert headers["transfer-encoding"] == "chunked"
 
@@ -125,7 +99,7 @@ def test_a_sized_body_beyond_the_buffer_limit_streams_as_chunked(monkeypatch: py
     body = b"x" * 100 + SECRET + b"y" * 100
     raw = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body + b"HTTP/1.1 204 No Content\r\n\r\n"
     relayed = respond(split_everywhere(raw, 50), ["GET", "GET"])
-    [(_, headers, got, _), (status, _, empty, _)] = read_back(relayed.sent, ["GET", "GET"])
+    [(_, headers, got, _), (status, _, empty, _)] = read_responses(relayed.sent, ["GET", "GET"])
     assert "content-length" not in headers and headers["transfer-encoding"] == "chunked"
     assert got == body.replace(SECRET, PLACEHOLDER) and (status, empty) == (204, b"")
 
@@ -142,7 +116,7 @@ def test_head_204_304_and_interim_responses_have_no_body() -> None:
     methods = ["HEAD", "DELETE", "GET", "POST"]
     relayed = respond([raw], methods)
     assert relayed.error is None and SECRET not in relayed.sent
-    answers = [(status, body) for status, _, body, _ in read_back(relayed.sent, methods)]
+    answers = [(status, body) for status, _, body, _ in read_responses(relayed.sent, methods)]
     assert answers == [(200, b""), (204, b""), (304, b""), (103, b""), (100, b""), (200, b"ok")]
     assert relayed.sent.endswith(b"Content-Length: 2\r\n\r\nok")
 
@@ -212,5 +186,5 @@ def test_a_secret_is_caught_wherever_the_reads_cut_it(cuts: list[int], chunked: 
         start = cut
     pieces.append(raw[start:])
     relayed = respond([piece for piece in pieces if piece], ["GET"])
-    [(_, _, got, _)] = read_back(relayed.sent, ["GET"])
+    [(_, _, got, _)] = read_responses(relayed.sent, ["GET"])
     assert got == body.replace(SECRET, PLACEHOLDER) and relayed.redacted == 3

@@ -7,6 +7,7 @@ containers; these pin down what it decides, byte for byte.
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import logging
 import socket
@@ -26,8 +27,10 @@ from cairn.sandbox.egress import (
     NetworkPolicy,
     SessionEgress,
     WireSecret,
+    _http,
 )
 from cairn.sandbox.egress.testing import LocalUpstream, local_upstream
+from tests.http_responses import read_responses
 from tests.waits import until_blocking
 
 SECRET = "s3cr3t-value-that-must-only-reach-the-api"
@@ -110,6 +113,17 @@ class Door:
             return response.status, response.read()
         finally:
             connection.close()
+
+    def pipeline(self, host: str, port: int, requests: list[bytes]) -> bytes:
+        """Send `requests` at once on one intercepted connection (keep-alive, pipelined) and
+        read what comes back until the connection ends."""
+        context = ssl.create_default_context(cadata=self.proxy.ca.certificate_pem.decode())
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as raw:
+            raw.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\n\r\n".encode())
+            assert raw.recv(1024).startswith(b"HTTP/1.1 200")
+            with context.wrap_socket(raw, server_hostname=host) as client:
+                client.sendall(b"".join(requests))
+                return receive_all(client)
 
     def connect(self, target: str) -> bytes:
         """The proxy's answer to `CONNECT target`."""
@@ -349,6 +363,123 @@ def test_a_placeholder_sent_elsewhere_goes_unchanged_and_is_reported(make_proxy:
     kinds = until_blocking(lambda: [e for e in drain(proxy) if e.kind == "credential_withheld"] or None,
                            "the withheld credentials to be reported")
     assert {event.host for event in kinds} >= {ALLOWED}
+
+
+def intercepting(make_proxy: ProxyFactory, upstream: LocalUpstream, *secrets: WireSecret) -> Door:
+    """A door to a proxy that intercepts the upstream's port, for a session with `secrets`
+    (by default the credential allowed for api.test)."""
+    return Door(make_proxy(upstream, intercept_ports=(upstream.port,)), session(None, *(secrets or (credential(),))))
+
+
+BEARER = {"Authorization": f"Bearer {PLACEHOLDER}"}
+
+
+def test_an_echo_of_the_credential_comes_back_as_its_placeholder(make_proxy: ProxyFactory, upstream: LocalUpstream,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    # Another credential's secret, which the sandbox could have had the service store
+    # earlier, is redacted too: every secret of the session, not only this host's.
+    other = WireSecret("cred_2", "OTHER_KEY", "cairn_placeholder_other_0123456789", "other-secret-value", (OTHER,))
+    door = intercepting(make_proxy, upstream, credential(), other)
+    caplog.set_level(logging.INFO)
+    body = f"key={PLACEHOLDER}&stored=other-secret-value".encode()
+    try:
+        status, echo = door.https(ALLOWED, upstream.port, method="POST", path="/echo", body=body,
+                                  headers={**BEARER, "Accept-Encoding": "gzip, br"})
+        received = upstream.received[-1]
+    finally:
+        door.close()
+    assert received.headers["Authorization"] == f"Bearer {SECRET}" and received.body == f"key={SECRET}&stored=other-secret-value".encode()
+    assert received.headers["Accept-Encoding"] == "identity"
+    assert status == 200 and SECRET.encode() not in echo and b"other-secret-value" not in echo
+    assert f"Authorization: Bearer {PLACEHOLDER}\n".encode() in echo
+    assert echo.endswith(f"\n\nkey={PLACEHOLDER}&stored={other.placeholder}".encode())
+    events = until_blocking(lambda: [e for e in drain(door.proxy) if e.kind == "credential_redacted"] or None,
+                            "the redactions to be reported")
+    assert [(e.host, e.port) for e in events] == [(ALLOWED, upstream.port)] and "4 occurrence(s)" in events[0].reason  # header, body twice, other
+    assert SECRET not in caplog.text
+
+
+def test_a_secret_split_across_chunks_is_redacted(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
+    door = intercepting(make_proxy, upstream)
+    try:
+        status, echo = door.https(ALLOWED, upstream.port, path="/echo?chunked=7&repeat=3", headers=BEARER)
+    finally:
+        door.close()
+    assert status == 200 and SECRET.encode() not in echo
+    assert echo.count(f"Bearer {PLACEHOLDER}".encode()) == 3
+
+
+def test_a_large_echo_streams_as_chunked_and_redacted(make_proxy: ProxyFactory, upstream: LocalUpstream,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_http, "BUFFERED_BODY_MAX", 1024)
+    door = intercepting(make_proxy, upstream)
+    try:
+        [(status, headers, echo, _)] = read_responses(door.pipeline(ALLOWED, upstream.port, [
+            f"GET /echo?repeat=200 HTTP/1.1\r\nHost: {ALLOWED}\r\nAuthorization: Bearer {PLACEHOLDER}\r\n"
+            "Connection: close\r\n\r\n".encode(),
+        ]), ["GET"])
+    finally:
+        door.close()
+    assert status == 200 and headers["transfer-encoding"] == "chunked" and "content-length" not in headers
+    assert len(echo) > 1024 and SECRET.encode() not in echo and echo.count(PLACEHOLDER.encode()) == 200
+    assert headers["x-echo-authorization"] == f"Bearer {PLACEHOLDER}"
+
+
+def test_pipelined_requests_get_their_responses_framed_and_redacted(make_proxy: ProxyFactory,
+                                                                     upstream: LocalUpstream) -> None:
+    # HEAD, 204, an interim 103 and a close-delimited answer on one keep-alive connection,
+    # sent at once: each response is paired with its request's method, in order.
+    auth = f"Authorization: Bearer {PLACEHOLDER}\r\n"
+    requests = [
+        ("GET", "/echo", ""), ("HEAD", "/echo", ""), ("GET", "/status/204", ""),
+        ("POST", "/echo?chunked=5", "Content-Length: 4\r\n\r\nbody"), ("GET", "/echo?early=1", ""),
+        ("GET", "/echo?close=1", ""),
+    ]
+    raw = [f"{method} {path} HTTP/1.1\r\nHost: {ALLOWED}\r\n{auth}{rest or chr(13) + chr(10)}".encode()
+           for method, path, rest in requests]
+    door = intercepting(make_proxy, upstream)
+    try:
+        sent = door.pipeline(ALLOWED, upstream.port, raw)
+    finally:
+        door.close()
+    assert SECRET.encode() not in sent
+    responses = read_responses(sent, [method for method, _, _ in requests])
+    assert [(status, bool(body)) for status, _, body, _ in responses] == [
+        (200, True), (200, False), (204, False), (200, True), (103, False), (200, True), (200, True),
+    ]
+    for _, headers, body, _ in responses:
+        assert headers.get("x-echo-authorization", headers.get("x-early-authorization")) in (None, f"Bearer {PLACEHOLDER}")
+        assert not body or f"Authorization: Bearer {PLACEHOLDER}".encode() in body
+    assert responses[3][2].endswith(b"\n\nbody")
+    assert [request.method for request in upstream.received] == [method for method, _, _ in requests]
+
+
+def test_a_compressed_response_passes_and_is_reported(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
+    door = intercepting(make_proxy, upstream)
+    try:
+        status, echo = door.https(ALLOWED, upstream.port, path="/echo?gzip=1", headers=BEARER)
+    finally:
+        door.close()
+    # The proxy asked for identity; the upstream compressed anyway: its bytes pass as they
+    # are (no literal secret in them), the decoded content unscanned, and the session is told.
+    assert status == 200 and gzip.decompress(echo).startswith(b"Host: ")
+    events = until_blocking(lambda: [e for e in drain(door.proxy) if e.kind == "response_encoded"] or None,
+                            "the encoded response to be reported")
+    assert "'gzip'" in events[0].reason
+
+
+def test_a_malformed_response_ends_the_connection(make_proxy: ProxyFactory, upstream: LocalUpstream,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    door = intercepting(make_proxy, upstream)
+    caplog.set_level(logging.INFO, logger="cairn.sandbox.egress.proxy")
+    try:
+        sent = door.pipeline(ALLOWED, upstream.port, [f"GET /malformed HTTP/1.1\r\nHost: {ALLOWED}\r\n\r\n".encode()])
+    finally:
+        door.close()
+    assert sent == b""
+    line = until_blocking(lambda: next((r.getMessage() for r in caplog.records if "decision=intercepted" in r.getMessage()), None),
+                          "the connection's log line")
+    assert "ended: malformed response: bad Content-Length" in line
 
 
 def test_refusals_are_reported_once_per_destination(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
