@@ -102,18 +102,31 @@ def test_a_credential_reaches_its_host_on_the_wire_and_is_nowhere_in_the_data_di
         deployment = SecretsDeployment(scripts_dir, None)
         try:
             secret = deployment.values["api key"]
+            # Then the service echoes the request back: the real secret it got comes back
+            # to the sandbox as the placeholder (and so is in none of the stored output).
             command = (f'curl -sS -m 20 -H "Authorization: Bearer $API_KEY" -d "key=$API_KEY" '
-                       f'https://api.test:{upstream.port}/wire; echo "sent $API_KEY"')
+                       f'https://api.test:{upstream.port}/wire; echo "sent $API_KEY"; '
+                       f'curl -sS -m 20 -H "Authorization: Bearer $API_KEY" -d "key=$API_KEY" https://api.test:{upstream.port}/echo')
             model = deployment.script([[{"call": "shell", "arguments": {"command": command}}, {"say": "sent"}]])
             deployment.worker(env=egress)
             session_id = deployment.start(model, network={"access": "restricted", "allowed_domains": ["api.test"]})
             deployment.turn_done(session_id)
 
-            [wire] = [r for r in upstream.received if r.path == "/wire"]
-            assert wire.headers["Authorization"] == f"Bearer {secret}" and wire.body == f"key={secret}".encode()
+            wire, echoed = upstream.received
+            for request in (wire, echoed):
+                assert request.headers["Authorization"] == f"Bearer {secret}" and request.body == f"key={secret}".encode()
             [printed] = deployment.commands(session_id)
-            answer, sent = printed["output"].splitlines()
-            assert answer == "ok" and sent.startswith("sent cairn-placeholder-") and secret not in printed["output"]
+            answer, sent, *echo = printed["output"].splitlines()
+            placeholder = sent.removeprefix("sent ")
+            assert answer == "ok" and placeholder.startswith("cairn-placeholder-") and secret not in printed["output"]
+            assert f"Authorization: Bearer {placeholder}" in echo and echo[-1] == f"key={placeholder}"
+
+            def redacted() -> list[dict[str, object]]:
+                return [json.loads(data) for data in stored_log(f"sqlite:///{deployment.api.data_dir / 'cairn.db'}", session_id)
+                        if '"agent.session.environment.credential_redacted"' in data]
+
+            [report] = until_blocking(redacted, "the redaction on the session's log", timeout_s=30)
+            assert report["network"]["host"] == "api.test"  # type: ignore[index]
 
             deployment.stop_workers()
             deployment.api.stop()

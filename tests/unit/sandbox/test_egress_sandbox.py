@@ -219,6 +219,27 @@ async def test_credentials_are_substituted_only_for_their_hosts(
     assert SECRET not in caplog.text
 
 
+async def test_an_echo_from_an_intercepted_host_shows_the_sandbox_only_the_placeholder(
+    backend: BwrapBackend, workspace_root: Path, tls_upstream: LocalUpstream
+) -> None:
+    workspace = await testing.new_workspace(workspace_root, backend)
+    secret = WireSecret("cred_api", "API_KEY", PLACEHOLDER, SECRET, (API,))
+    before = len(tls_upstream.received)
+    # The service reflects the header (in its own header, its body and a chunked body's
+    # trailer) and the body it got, which held the real secret on the wire; curl asks for
+    # compression, which the proxy replaces by identity so that the answer can be read.
+    script = (f'curl -sS -m 10 --compressed -D - -H "Authorization: Bearer $API_KEY" -d "key=$API_KEY" '
+              f'"https://{API}:{tls_upstream.port}/echo-sandbox?chunked=9" > echo.txt; cat echo.txt; '
+              f"grep -c {SECRET} echo.txt")
+    output = await run(backend, workspace, script, enabled("sess_egress_echo", secret), env={"API_KEY": PLACEHOLDER})
+    [wire] = tls_upstream.received[before:]
+    assert wire.headers["Authorization"] == f"Bearer {SECRET}" and wire.body == f"key={SECRET}".encode()
+    assert wire.headers["Accept-Encoding"] == "identity"
+    assert SECRET not in output and output.endswith("\n0\n")  # grep found nothing in what curl saved
+    assert f"X-Echo-Authorization: Bearer {PLACEHOLDER}" in output
+    assert f"Authorization: Bearer {PLACEHOLDER}\n" in output and f"key={PLACEHOLDER}" in output
+
+
 def test_doctor_reports_the_egress_mode() -> None:
     report = describe_host("bwrap", EgressSettings(allow_private=frozenset({"registry.corp"}), max_connections=9))
     assert "egress mode: proxy" in report
