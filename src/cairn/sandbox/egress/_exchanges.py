@@ -35,7 +35,7 @@ from cairn.sandbox.egress._http import (
     relay_unframed,
 )
 
-__all__ = ["Exchanges", "relay_requests", "relay_responses"]
+__all__ = ["Exchanges", "relay_requests", "relay_responses", "unencoded"]
 
 _NO_BODY = frozenset({204, 304})
 
@@ -71,11 +71,16 @@ class Exchanges:
         return method, switches
 
 
+def unencoded(head: RequestHead) -> RequestHead:
+    """`head` asking for a response whose bytes are its content (identity), so that the
+    secrets in it can be found: no compression, no transfer coding but chunked."""
+    return replace(head, headers=head.edited(drop=("accept-encoding", "te"), add=(("Accept-Encoding", "identity"),)))
+
+
 async def relay_requests(flow: Flow, exchanges: Exchanges) -> None:
     """Relay the client's requests, placeholders substituted, until its stream ends."""
     while (raw := await read_head(flow)) is not None:
-        head = RequestHead.parse(flow.substituter.replace_all(raw))
-        head = replace(head, headers=head.edited(drop=("accept-encoding", "te"), add=(("Accept-Encoding", "identity"),)))
+        head = unencoded(RequestHead.parse(flow.substituter.replace_all(raw)))
         framing = body_framing(flow, head)
         switched = exchanges.sent(head)
         if framing == "chunked":

@@ -43,7 +43,7 @@ from functools import partial
 from urllib.parse import urlsplit, urlunsplit
 
 from cairn.config import EgressSettings
-from cairn.sandbox.egress._exchanges import Exchanges, relay_requests, relay_responses
+from cairn.sandbox.egress._exchanges import Exchanges, relay_requests, relay_responses, unencoded
 from cairn.sandbox.egress._http import Flow, HttpError, RequestHead
 from cairn.sandbox.egress._relay import accepted_streams, connect, connect_socket, pump, receive_head, run_both, tunnel
 from cairn.sandbox.egress.addresses import AddressGuard, IPAddress
@@ -282,25 +282,32 @@ class EgressProxy:
         session: SessionEgress, connection: _Connection, addresses: list[IPAddress],
     ) -> None:
         """A plain-HTTP request: one per connection, credentials never substituted (and
-        their placeholders reported)."""
+        their placeholders reported), the session's secrets redacted from the response
+        (one a service stored and now serves over plain HTTP)."""
         connection.decision = "forwarded"
         scan = Substituter.for_requests((), session.secrets)
+        redactor = Substituter.for_responses(session.secrets)
         up_reader, up_writer = await connect(addresses, connection.port)
         reader, writer = await accepted_streams(client, already_read=rest)
+        exchanges = Exchanges()
+        responses = Flow(up_reader, partial(_send, writer, connection, upward=False), redactor, "response", 502)
         try:
-            target = urlunsplit(("", "", path or "/", query, ""))
-            first = replace(head, target=target).render(drop=("proxy-connection", "proxy-authorization", "connection"),
-                                add=(("Connection", "close"),))
-            up_writer.write(scan.replace_all(first))
+            head = replace(unencoded(head), target=urlunsplit(("", "", path or "/", query, "")))
+            exchanges.sent(head)
+            up_writer.write(scan.replace_all(head.render(drop=("proxy-connection", "proxy-authorization", "connection"),
+                                                         add=(("Connection", "close"),))))
             await run_both(
                 pump(reader, up_writer, partial(_count, connection, upward=True), scan.feed, scan.flush),
-                pump(up_reader, writer, partial(_count, connection, upward=False)),
+                relay_responses(responses, exchanges, partial(self._report_encoded, connection)),
                 wait_for_reply=True,
             )
+        except HttpError as exc:
+            connection.decision += f", ended: {exc}"
         finally:
             up_writer.close()
             writer.close()
             self._report_withheld(connection, scan)
+            self._report_redacted(connection, redactor)
 
     async def _check(self, session: SessionEgress, host: str) -> list[IPAddress]:
         """The addresses `host` may be reached at, or `Refused`."""

@@ -399,6 +399,22 @@ def test_an_echo_of_the_credential_comes_back_as_its_placeholder(make_proxy: Pro
     assert SECRET not in caplog.text
 
 
+def test_a_secret_served_over_plain_http_comes_back_as_its_placeholder(make_proxy: ProxyFactory,
+                                                                        plain_upstream: LocalUpstream) -> None:
+    # The secret as a service would hold it after an intercepted request stored it (sent
+    # here by the test itself, which knows it): served back over plain HTTP, it is redacted.
+    door = Door(make_proxy(plain_upstream), session(None, credential()))
+    try:
+        status, echo = door.get(f"http://{ALLOWED}:{plain_upstream.port}/echo?chunked=5", headers={"X-Stored": SECRET})
+    finally:
+        door.close()
+    assert status == 200 and SECRET.encode() not in echo and f"X-Stored: {PLACEHOLDER}\n".encode() in echo
+    assert plain_upstream.received[-1].headers["Accept-Encoding"] == "identity"
+    events = until_blocking(lambda: [e for e in drain(door.proxy) if e.kind == "credential_redacted"] or None,
+                            "the redaction to be reported")
+    assert events[0].port == plain_upstream.port
+
+
 def test_a_secret_split_across_chunks_is_redacted(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
     door = intercepting(make_proxy, upstream)
     try:
