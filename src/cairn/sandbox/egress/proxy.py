@@ -50,7 +50,7 @@ from cairn.sandbox.egress.addresses import AddressGuard, IPAddress
 from cairn.sandbox.egress.ca import EgressCA
 from cairn.sandbox.egress.credentials import SessionEgress
 from cairn.sandbox.egress.policy import host_matches, is_host_name, normalize_host, parse_domain_patterns
-from cairn.sandbox.egress.reports import EgressEvent, EgressReports
+from cairn.sandbox.egress.reports import EgressEvent, EgressKind, EgressReports
 from cairn.sandbox.egress.substitution import Substituter
 
 __all__ = ["EgressProxy", "Refused"]
@@ -221,7 +221,7 @@ class EgressProxy:
             await _answer(client, exc.status, str(exc))
         except Refused as exc:
             connection.decision = "refused"
-            self.reports.report(EgressEvent(session_id, "network_blocked", connection.host, connection.port, str(exc)))
+            self._report(connection, "network_blocked", str(exc))
             await _answer(client, 403, f"Cairn egress proxy refused {connection.host}:{connection.port}: {exc}")
         except (TimeoutError, OSError, EOFError, ssl.SSLError) as exc:
             # The peer went away or the upstream failed: the connection is over either way.
@@ -306,8 +306,7 @@ class EgressProxy:
         finally:
             up_writer.close()
             writer.close()
-            self._report_withheld(connection, scan)
-            self._report_redacted(connection, redactor)
+            self._report_replacements(connection, scan, redactor)
 
     async def _check(self, session: SessionEgress, host: str) -> list[IPAddress]:
         """The addresses `host` may be reached at, or `Refused`."""
@@ -369,32 +368,25 @@ class EgressProxy:
         finally:
             up_writer.close()
             writer.close()
-            self._report_withheld(connection, substituter)
-            self._report_redacted(connection, redactor)
+            self._report_replacements(connection, substituter, redactor)
 
-    def _report_withheld(self, connection: _Connection, substituter: Substituter) -> None:
+    def _report_replacements(self, connection: _Connection, substituter: Substituter, redactor: Substituter) -> None:
+        """At a connection's end: the placeholders it passed on unchanged, the secrets it redacted."""
         if substituter.unchanged:
-            self.reports.report(EgressEvent(
-                connection.session_id, "credential_withheld", connection.host, connection.port,
-                f"a credential placeholder was sent to {connection.host}, which that credential is not "
-                "allowed for; it was passed on unchanged",
-            ))
-
-    def _report_redacted(self, connection: _Connection, redactor: Substituter) -> None:
+            self._report(connection, "credential_withheld", f"a credential placeholder was sent to {connection.host}, "
+                         "which that credential is not allowed for; it was passed on unchanged")
         if redactor.replaced:
-            self.reports.report(EgressEvent(
-                connection.session_id, "credential_redacted", connection.host, connection.port,
-                f"{redactor.replaced} occurrence(s) of a credential's secret in responses from {connection.host} "
-                "were replaced by the credential's placeholder",
-            ))
+            self._report(connection, "credential_redacted", f"{redactor.replaced} occurrence(s) of a credential's secret "
+                         f"in responses from {connection.host} were replaced by the credential's placeholder")
 
     def _report_encoded(self, connection: _Connection, coding: str) -> None:
         coding = coding if _CODING.fullmatch(coding) else "(unrecognised)"  # the upstream's text, kept short
-        self.reports.report(EgressEvent(
-            connection.session_id, "response_encoded", connection.host, connection.port,
-            f"a response from {connection.host} came with Content-Encoding {coding!r} although the proxy asked for "
-            "identity; its bytes were scanned for credentials as they are, its decoded content was not",
-        ))
+        self._report(connection, "response_encoded", f"a response from {connection.host} came with Content-Encoding "
+                     f"{coding!r} although the proxy asked for identity; its bytes were scanned for credentials as "
+                     "they are, its decoded content was not")
+
+    def _report(self, connection: _Connection, kind: EgressKind, reason: str) -> None:
+        self.reports.report(EgressEvent(connection.session_id, kind, connection.host, connection.port, reason))
 
 
 async def _send(sink: asyncio.StreamWriter, connection: _Connection, data: bytes, *, upward: bool) -> None:

@@ -415,12 +415,16 @@ def test_a_secret_served_over_plain_http_comes_back_as_its_placeholder(make_prox
     assert events[0].port == plain_upstream.port
 
 
-def test_a_secret_split_across_chunks_is_redacted(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
-    door = intercepting(make_proxy, upstream)
+def echo_through(door: Door, upstream: LocalUpstream, path: str) -> tuple[int, bytes]:
+    """GET `path` from the intercepted upstream with the placeholder as a bearer token; closes the door."""
     try:
-        status, echo = door.https(ALLOWED, upstream.port, path="/echo?chunked=7&repeat=3", headers=BEARER)
+        return door.https(ALLOWED, upstream.port, path=path, headers=BEARER)
     finally:
         door.close()
+
+
+def test_a_secret_split_across_chunks_is_redacted(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
+    status, echo = echo_through(intercepting(make_proxy, upstream), upstream, "/echo?chunked=7&repeat=3")
     assert status == 200 and SECRET.encode() not in echo
     assert echo.count(f"Bearer {PLACEHOLDER}".encode()) == 3
 
@@ -472,10 +476,7 @@ def test_pipelined_requests_get_their_responses_framed_and_redacted(make_proxy: 
 
 def test_a_compressed_response_passes_and_is_reported(make_proxy: ProxyFactory, upstream: LocalUpstream) -> None:
     door = intercepting(make_proxy, upstream)
-    try:
-        status, echo = door.https(ALLOWED, upstream.port, path="/echo?gzip=1", headers=BEARER)
-    finally:
-        door.close()
+    status, echo = echo_through(door, upstream, "/echo?gzip=1")
     # The proxy asked for identity; the upstream compressed anyway: its bytes pass as they
     # are (no literal secret in them), the decoded content unscanned, and the session is told.
     assert status == 200 and gzip.decompress(echo).startswith(b"Host: ")
