@@ -1,5 +1,6 @@
-"""The two directions of an intercepted HTTPS connection: requests with the session's
-placeholders substituted, responses with its secrets redacted.
+"""The two directions of a connection whose HTTP the proxy reads: requests with the
+session's placeholders substituted, responses with its secrets redacted (an intercepted
+HTTPS connection both ways; a plain-HTTP request's response).
 
 Both sides speak HTTP/1.1 (the only protocol the proxy offers either side), so responses
 arrive in the order of the requests. Whether a response has a body depends on its

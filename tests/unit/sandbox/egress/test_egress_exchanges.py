@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cairn.sandbox.egress import WireSecret, _http
-from cairn.sandbox.egress._exchanges import Exchanges, relay_responses
-from cairn.sandbox.egress._http import Flow, HttpError, RequestHead
+from cairn.sandbox.egress._exchanges import Exchanges, relay_requests, relay_responses
+from cairn.sandbox.egress._http import Flow, HttpError, RequestHead, ResponseHead
 from cairn.sandbox.egress.substitution import Substituter
 from tests.http_responses import read_responses
 
@@ -188,3 +188,38 @@ def test_a_secret_is_caught_wherever_the_reads_cut_it(cuts: list[int], chunked: 
     relayed = respond([piece for piece in pieces if piece], ["GET"])
     [(_, _, got, _)] = read_responses(relayed.sent, ["GET"])
     assert got == body.replace(SECRET, PLACEHOLDER) and relayed.redacted == 3
+
+
+@pytest.mark.parametrize("status", [101, 426])
+def test_a_request_to_switch_protocols_waits_for_its_answer(status: int) -> None:
+    # What follows an Upgrade request is another protocol only if the server switched:
+    # relayed unframed (still substituted) after a 101, read as the next request otherwise.
+    after = b"GET /next HTTP/1.1\r\nX-Key: " + PLACEHOLDER + b"\r\n\r\n"
+
+    async def go() -> bytes:
+        reader = asyncio.StreamReader()
+        reader.feed_data(b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\n\r\n" + after)
+        reader.feed_eof()
+        sent: list[bytes] = []
+        head_out = asyncio.Event()
+
+        async def send(data: bytes) -> None:
+            sent.append(data)
+            head_out.set()
+
+        exchanges = Exchanges()
+        relaying = asyncio.create_task(
+            relay_requests(Flow(reader, send, Substituter.for_requests([API], []), "request", 400), exchanges)
+        )
+        await asyncio.wait_for(head_out.wait(), 5)
+        await asyncio.sleep(0)
+        assert len(sent) == 1, "the request relay read on before the answer to its Upgrade"
+        exchanges.answered(ResponseHead(status, "", []))
+        await asyncio.wait_for(relaying, 5)
+        return b"".join(sent[1:])
+
+    rest = asyncio.run(go())
+    if status == 101:
+        assert rest == after.replace(PLACEHOLDER, SECRET)  # as it came: no head was parsed
+    else:
+        assert rest.startswith(b"GET /next HTTP/1.1\r\nX-Key: " + SECRET) and b"Accept-Encoding: identity" in rest
