@@ -37,6 +37,33 @@ def test_a_stream_cut_anywhere_is_substituted_as_a_whole(parts: list[bytes], cut
     assert substituter.unchanged == data.count(OTHER.placeholder.encode())
 
 
+OVERLAPPING = {b"abcab": b"<1>", b"abcabcx": b"<2>", b"bca": b"<3>", b"x": b"<4>"}
+
+
+@given(
+    data=st.lists(st.sampled_from([b"a", b"b", b"c", b"x", b"abc", b"abcab", b"abcabcx"]), max_size=40).map(b"".join),
+    cuts=st.lists(st.integers(min_value=0, max_value=300), max_size=12),
+)
+def test_keys_that_overlap_or_begin_one_another_stream_as_they_replace_whole(data: bytes, cuts: list[int]) -> None:
+    assert Substituter(OVERLAPPING).replace_all(b"abcabcxabcabca") == b"<2><1>ca"  # leftmost, then longest
+    whole = Substituter(OVERLAPPING).replace_all(data)
+    streaming = Substituter(OVERLAPPING)
+    out, start = [], 0
+    for cut in sorted(c % (len(data) + 1) for c in cuts):
+        out.append(streaming.feed(data[start:cut]))
+        start = max(start, cut)
+    out += (streaming.feed(data[start:]), streaming.flush())
+    assert b"".join(out) == whole
+
+
+def test_a_piece_with_nothing_to_replace_goes_on_uncopied() -> None:
+    substituter = Substituter.for_responses([ALLOWED])
+    piece = b"z" * 100_000
+    assert substituter.feed(piece) is piece  # and nothing is held back: no end of it begins a secret
+    held = b"z" * 10 + ALLOWED.value.encode()[:5]
+    assert substituter.feed(held) == b"z" * 10 and substituter.flush() == ALLOWED.value.encode()[:5]
+
+
 def relay(raw: bytes) -> bytes:
     async def go() -> bytes:
         reader = asyncio.StreamReader(limit=64 * 1024)
