@@ -9,7 +9,9 @@ and one delimited by the end of the connection (a response without either, or wh
 follows a protocol switch) is relayed as it comes. Each direction is a `Flow`: where its
 messages come from, where they go, its `Substituter`, and the status a malformed message
 of that direction is answered with (400 for the client's, 502 for the upstream's).
-Nothing unparsed is passed on: a message that does not parse ends the connection.
+Nothing unparsed is passed on: a message that does not parse ends the connection. Only
+a body too large to hold (a sized one beyond `BUFFERED_BODY_MAX`, a chunk beyond `_READ`)
+streams a read at a time, so what its sender announces never decides what the proxy holds.
 """
 
 from __future__ import annotations
@@ -187,13 +189,7 @@ async def relay_sized(flow: Flow, head: _Head, length: int, *, hold: bool) -> No
         await flow.send(head.render(drop=("content-length",), add=(("Content-Length", str(len(body))),)) + body)
         return
     await flow.send(head.render(drop=("content-length",), add=(("Transfer-Encoding", "chunked"),)))
-    remaining = length
-    while remaining:
-        chunk = await flow.reader.read(min(_READ, remaining))
-        if not chunk:
-            raise flow.error("the connection ended inside a body")
-        remaining -= len(chunk)
-        await _send_chunk(flow, flow.substituter.feed(chunk))
+    await _relay_piecewise(flow, length)
     await _send_chunk(flow, flow.substituter.flush())
     await flow.send(b"0\r\n\r\n")
 
@@ -206,10 +202,15 @@ async def relay_chunked(flow: Flow) -> None:
             raise flow.error("bad chunk size")
         if (size := int(token, 16)) == 0:
             break
-        data = await _read_exactly(flow, size + 2)
-        if data[-2:] != b"\r\n":
+        if size <= _READ:  # held whole, so a chunk with a bad ending passes nothing on
+            data = await _read_exactly(flow, size + 2)
+            if data[-2:] != b"\r\n":
+                raise flow.error("bad chunk ending")
+            await _send_chunk(flow, flow.substituter.feed(data[:-2]))
+            continue
+        await _relay_piecewise(flow, size)
+        if await _read_exactly(flow, 2) != b"\r\n":
             raise flow.error("bad chunk ending")
-        await _send_chunk(flow, flow.substituter.feed(data[:-2]))
     await _send_chunk(flow, flow.substituter.flush())
     trailers = b"0\r\n"
     while (line := await _line(flow)) != b"\r\n":
@@ -227,6 +228,17 @@ async def relay_unframed(flow: Flow) -> None:
             await flow.send(data)
     if rest := flow.substituter.flush():
         await flow.send(rest)
+
+
+async def _relay_piecewise(flow: Flow, size: int) -> None:
+    """Relay the next `size` bytes as chunks, a read at a time: a large body or chunk is
+    never held whole, whatever size its sender announced."""
+    while size:
+        piece = await flow.reader.read(min(_READ, size))
+        if not piece:
+            raise flow.error("the connection ended inside a body")
+        size -= len(piece)
+        await _send_chunk(flow, flow.substituter.feed(piece))
 
 
 async def _read_exactly(flow: Flow, size: int) -> bytes:

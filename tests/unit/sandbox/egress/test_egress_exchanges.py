@@ -94,6 +94,16 @@ def test_a_chunked_response_is_re_chunked_with_its_trailers_redacted() -> None:
     assert headers["transfer-encoding"] == "chunked"
 
 
+def test_a_chunk_announced_huge_streams_instead_of_being_held() -> None:
+    # 1 GiB announced, 300 KB sent, then the end: what arrived went on as it came (a
+    # sender cannot make the proxy hold what it announces), and the cut ends the relay.
+    data = b"z" * 300_000 + SECRET
+    raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n40000000\r\n" + data
+    relayed = respond(split_everywhere(raw, 64 * 1024), ["GET"])
+    assert relayed.error is not None and "ended inside a body" in str(relayed.error)
+    assert relayed.sent.count(b"z") == 300_000 and SECRET not in relayed.sent
+
+
 def test_a_sized_body_beyond_the_buffer_limit_streams_as_chunked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_http, "BUFFERED_BODY_MAX", 64)
     body = b"x" * 100 + SECRET + b"y" * 100
