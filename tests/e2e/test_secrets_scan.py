@@ -53,11 +53,24 @@ def _hits(blob: bytes, values: dict[str, str]) -> list[str]:
 
 
 def scan(root: Path, values: dict[str, str]) -> list[str]:
-    """Every file under `root` holding one of `values` in a form of `_needles`."""
-    found = []
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
-        found += [f"{path}: {hit}" for hit in _hits(path.read_bytes(), values)]
-    return found
+    """Every file under `root` holding one of `values` in a form of `_needles`.
+
+    A live directory (a running PostgreSQL's, whose checkpointer recycles WAL segments by
+    renaming them) may lose a file between the listing and its reading: the whole tree is
+    then listed and read again, so a renamed file is read under its new name."""
+    for _ in range(5):
+        found: list[str] = []
+        vanished = False
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+            try:
+                blob = path.read_bytes()
+            except FileNotFoundError:
+                vanished = True
+                continue
+            found += [f"{path}: {hit}" for hit in _hits(blob, values)]
+        if not vanished:
+            return found
+    raise AssertionError(f"files under {root} kept vanishing during 5 scans")
 
 
 class SecretsDeployment(Deployment):
