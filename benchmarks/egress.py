@@ -9,7 +9,7 @@ process, its own test CA), interleaved request by request:
 - `intercepted`: curl through the proxy to a host with a credential: the proxy terminates
   TLS with Cairn's CA, re-encrypts to the upstream and substitutes the placeholder in the
   request's Authorization header;
-- `forwarder` (the floor for any proxy): curl to a bare TCP forwarder in this process
+- `forwarder` (the reference for the hop itself): curl to a bare TCP forwarder in this process
   (`--connect-to`), two threads per connection doing blocking `recv`/`sendall` with Nagle
   off: what the second hop costs with nothing to decide.
 
