@@ -10,8 +10,9 @@ follows a protocol switch) is relayed as it comes. Each direction is a `Flow`: w
 messages come from, where they go, its `Substituter`, and the status a malformed message
 of that direction is answered with (400 for the client's, 502 for the upstream's).
 Nothing unparsed is passed on: a message that does not parse ends the connection. Only
-a body too large to hold (a sized one beyond `BUFFERED_BODY_MAX`, a chunk beyond `_READ`)
-streams a read at a time, so what its sender announces never decides what the proxy holds.
+a body too large to hold (a sized one beyond `BUFFERED_BODY_MAX` or the session's
+`HeldBytes`, a chunk beyond `_READ`) streams a read at a time, so what its sender announces
+never decides what the proxy holds.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,7 +30,9 @@ from cairn.sandbox.egress.substitution import Substituter
 __all__ = [
     "BUFFERED_BODY_MAX",
     "HEAD_MAX",
+    "HELD_PER_SESSION",
     "Flow",
+    "HeldBytes",
     "HttpError",
     "RequestHead",
     "ResponseHead",
@@ -42,6 +46,7 @@ __all__ = [
 
 HEAD_MAX = 64 * 1024
 BUFFERED_BODY_MAX = 8 * 1024 * 1024
+HELD_PER_SESSION = 4 * BUFFERED_BODY_MAX
 _READ = 1024 * 1024
 
 _CHUNK_SIZE = re.compile(rb"[0-9a-fA-F]{1,16}")
@@ -58,6 +63,28 @@ class HttpError(Exception):
         self.status = status
 
 
+class HeldBytes:
+    """The body bytes a session's connections hold at once to re-measure them, bounded, so
+    that sandbox code opening many connections cannot make the worker hold a body at the
+    most on each: past the bound, a body streams as chunked instead. The proxy's loop only."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._held = 0
+
+    @contextmanager
+    def reserve(self, size: int) -> Iterator[bool]:
+        """Whether `size` more bytes may be held, for the time of the `with`."""
+        granted = self._held + size <= self._limit
+        if granted:
+            self._held += size
+        try:
+            yield granted
+        finally:
+            if granted:
+                self._held -= size
+
+
 @dataclass(frozen=True, slots=True)
 class Flow:
     """One direction of a connection whose messages the proxy parses."""
@@ -67,6 +94,7 @@ class Flow:
     substituter: Substituter
     what: str  # "request" or "response", for errors
     malformed: int  # the status of an error in this direction's messages
+    held: HeldBytes  # the session's, shared by its connections
 
     def error(self, problem: str) -> HttpError:
         return HttpError(self.malformed, f"malformed {self.what}: {problem}")
@@ -182,12 +210,15 @@ def body_framing(flow: Flow, head: _Head) -> int | Literal["chunked"] | None:
 
 
 async def relay_sized(flow: Flow, head: _Head, length: int, *, hold: bool) -> None:
-    """Relay a `Content-Length` body: held and re-measured if `hold` and it is small enough,
-    otherwise streamed as chunked (its new length is unknown until its end)."""
+    """Relay a `Content-Length` body: held and re-measured if `hold`, it is small enough
+    and the session's `HeldBytes` allow, otherwise streamed as chunked (its new length is
+    unknown until its end)."""
     if hold and length <= BUFFERED_BODY_MAX:
-        body = flow.substituter.replace_all(await _read_exactly(flow, length)) if length else b""
-        await flow.send(head.render(drop=("content-length",), add=(("Content-Length", str(len(body))),)) + body)
-        return
+        with flow.held.reserve(length) as granted:
+            if granted:
+                body = flow.substituter.replace_all(await _read_exactly(flow, length)) if length else b""
+                await flow.send(head.render(drop=("content-length",), add=(("Content-Length", str(len(body))),)) + body)
+                return
     await flow.send(head.render(drop=("content-length",), add=(("Transfer-Encoding", "chunked"),)))
     await _relay_piecewise(flow, length)
     await _send_chunk(flow, flow.substituter.flush())

@@ -38,13 +38,13 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from urllib.parse import urlsplit, urlunsplit
 
 from cairn.config import EgressSettings
 from cairn.sandbox.egress._exchanges import Exchanges, relay_requests, relay_responses, unencoded
-from cairn.sandbox.egress._http import Flow, HttpError, RequestHead
+from cairn.sandbox.egress._http import HELD_PER_SESSION, Flow, HeldBytes, HttpError, RequestHead
 from cairn.sandbox.egress._relay import accepted_streams, connect, connect_socket, pump, receive_head, run_both, tunnel
 from cairn.sandbox.egress.addresses import AddressGuard, IPAddress
 from cairn.sandbox.egress.ca import EgressCA
@@ -77,6 +77,7 @@ class _Connection:
     sent: int = 0
     received: int = 0
     throttle: _Throttle | None = None
+    held: HeldBytes = field(default_factory=lambda: HeldBytes(0))  # a session's, once admitted
 
 
 class _Throttle:
@@ -114,6 +115,7 @@ class EgressProxy:
         self._lock = threading.Lock()
         self._sessions: dict[str, SessionEgress] = {}
         self._throttles: dict[str, _Throttle] = {}
+        self._held: dict[str, HeldBytes] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         # Touched on the proxy's loop only.
@@ -142,6 +144,7 @@ class EgressProxy:
         with self._lock:
             self._sessions.pop(session_id, None)
             self._throttles.pop(session_id, None)
+            self._held.pop(session_id, None)
 
     def serve(self, listener: socket.socket, session_id: str) -> Callable[[], None]:
         """Accept `listener`'s connections as `session_id`'s (the proxy owns it from now on);
@@ -200,8 +203,10 @@ class EgressProxy:
         with self._lock:
             session = self._sessions.get(session_id)
             rate = self.settings.bandwidth_bytes_s
-            if session is not None and rate is not None:
-                connection.throttle = self._throttles.setdefault(session_id, _Throttle(rate))
+            if session is not None:
+                connection.held = self._held.get(session_id) or self._held.setdefault(session_id, HeldBytes(HELD_PER_SESSION))
+                if rate is not None:
+                    connection.throttle = self._throttles.get(session_id) or self._throttles.setdefault(session_id, _Throttle(rate))
         open_now = self._open.get(session_id, 0)
         try:
             if session is None:
@@ -290,7 +295,7 @@ class EgressProxy:
         up_reader, up_writer = await connect(addresses, connection.port)
         reader, writer = await accepted_streams(client, already_read=rest)
         exchanges = Exchanges()
-        responses = Flow(up_reader, partial(_send, writer, connection, upward=False), redactor, "response", 502)
+        responses = Flow(up_reader, partial(_send, writer, connection, upward=False), redactor, "response", 502, connection.held)
         try:
             head = replace(unencoded(head), target=urlunsplit(("", "", path or "/", query, "")))
             exchanges.sent(head)
@@ -355,8 +360,8 @@ class EgressProxy:
             up_writer.close()
             raise
         exchanges = Exchanges()
-        requests = Flow(reader, partial(_send, up_writer, connection, upward=True), substituter, "request", 400)
-        responses = Flow(up_reader, partial(_send, writer, connection, upward=False), redactor, "response", 502)
+        requests = Flow(reader, partial(_send, up_writer, connection, upward=True), substituter, "request", 400, connection.held)
+        responses = Flow(up_reader, partial(_send, writer, connection, upward=False), redactor, "response", 502, connection.held)
         try:
             await run_both(
                 relay_requests(requests, exchanges),

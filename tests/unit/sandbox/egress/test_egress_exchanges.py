@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from cairn.sandbox.egress import WireSecret, _http
 from cairn.sandbox.egress._exchanges import Exchanges, relay_requests, relay_responses
-from cairn.sandbox.egress._http import Flow, HttpError, RequestHead, ResponseHead
+from cairn.sandbox.egress._http import HELD_PER_SESSION, Flow, HeldBytes, HttpError, RequestHead, ResponseHead
 from cairn.sandbox.egress.substitution import Substituter
 from tests.http_responses import read_responses
 
@@ -34,8 +34,9 @@ class Relayed:
     error: HttpError | None
 
 
-def respond(pieces: list[bytes], methods: list[str]) -> Relayed:
-    """Relay the upstream's bytes, arriving in `pieces`, as the responses to `methods`."""
+def respond(pieces: list[bytes], methods: list[str], held: HeldBytes | None = None) -> Relayed:
+    """Relay the upstream's bytes, arriving in `pieces`, as the responses to `methods`
+    (holding bodies within `held`, the session's budget)."""
 
     async def go() -> Relayed:
         reader = asyncio.StreamReader(limit=1024 * 1024)
@@ -58,7 +59,8 @@ def respond(pieces: list[bytes], methods: list[str]) -> Relayed:
         feeding = asyncio.create_task(arrive())
         error = None
         try:
-            await relay_responses(Flow(reader, send, redactor, "response", 502), exchanges, encodings.append)
+            flow = Flow(reader, send, redactor, "response", 502, held or HeldBytes(HELD_PER_SESSION))
+            await relay_responses(flow, exchanges, encodings.append)
         except HttpError as exc:
             error = exc
         await feeding
@@ -112,6 +114,23 @@ def test_a_sized_body_beyond_the_buffer_limit_streams_as_chunked(monkeypatch: py
     [(_, headers, got, _), (status, _, empty, _)] = read_responses(relayed.sent, ["GET", "GET"])
     assert "content-length" not in headers and headers["transfer-encoding"] == "chunked"
     assert got == body.replace(SECRET, PLACEHOLDER) and (status, empty) == (204, b"")
+
+
+def test_bodies_beyond_what_the_session_may_hold_at_once_stream_as_chunked() -> None:
+    # Another connection of the session holds 80 of its 100 bytes: a 50-byte body streams
+    # (its length unknown until its end); once that connection lets go, it is held again.
+    held = HeldBytes(100)
+    body = b"a" * 25 + SECRET
+    raw = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    with held.reserve(80) as granted:
+        assert granted
+        streamed = read_responses(respond([raw], ["GET"], held).sent, ["GET"])
+    again = read_responses(respond([raw], ["GET"], held).sent, ["GET"])
+    [(_, headers, got, _)] = streamed
+    assert headers["transfer-encoding"] == "chunked" and "content-length" not in headers
+    assert got == body.replace(SECRET, PLACEHOLDER)
+    [(_, headers, got, _)] = again
+    assert headers["content-length"] == str(len(got)) and got == body.replace(SECRET, PLACEHOLDER)
 
 
 def test_head_204_304_and_interim_responses_have_no_body() -> None:
@@ -219,7 +238,7 @@ def test_a_request_to_switch_protocols_waits_for_its_answer(status: int) -> None
 
         exchanges = Exchanges()
         relaying = asyncio.create_task(
-            relay_requests(Flow(reader, send, Substituter.for_requests([API], []), "request", 400), exchanges)
+            relay_requests(Flow(reader, send, Substituter.for_requests([API], []), "request", 400, HeldBytes(HELD_PER_SESSION)), exchanges)
         )
         await asyncio.wait_for(head_out.wait(), 5)
         await asyncio.sleep(0)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from cairn.sandbox.egress import WireSecret
 from cairn.sandbox.egress._exchanges import Exchanges, relay_requests
-from cairn.sandbox.egress._http import BUFFERED_BODY_MAX, Flow, HttpError
+from cairn.sandbox.egress._http import BUFFERED_BODY_MAX, HELD_PER_SESSION, Flow, HeldBytes, HttpError
 from cairn.sandbox.egress.substitution import Substituter
 
 ALLOWED = WireSecret("c1", "API_KEY", "cairn_ph_allowed_0123456789abcdef", "the-real-secret", ("api.test",))
@@ -74,7 +74,7 @@ def relay(raw: bytes) -> bytes:
         async def send(data: bytes) -> None:
             sent.append(data)
 
-        flow = Flow(reader, send, Substituter.for_requests([ALLOWED], [OTHER]), "request", 400)
+        flow = Flow(reader, send, Substituter.for_requests([ALLOWED], [OTHER]), "request", 400, HeldBytes(HELD_PER_SESSION))
         await relay_requests(flow, Exchanges())
         return b"".join(sent)
 
