@@ -37,7 +37,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from urllib.parse import urlsplit, urlunsplit
@@ -295,23 +295,16 @@ class EgressProxy:
         up_reader, up_writer = await connect(addresses, connection.port)
         reader, writer = await accepted_streams(client, already_read=rest)
         exchanges = Exchanges()
-        responses = Flow(up_reader, partial(_send, writer, connection, upward=False), redactor, "response", 502, connection.held)
-        try:
-            head = replace(unencoded(head), target=urlunsplit(("", "", path or "/", query, "")))
-            exchanges.sent(head)
-            up_writer.write(scan.replace_all(head.render(drop=("proxy-connection", "proxy-authorization", "connection"),
+
+        async def request() -> None:
+            sent = replace(unencoded(head), target=urlunsplit(("", "", path or "/", query, "")))
+            exchanges.sent(sent)
+            up_writer.write(scan.replace_all(sent.render(drop=("proxy-connection", "proxy-authorization", "connection"),
                                                          add=(("Connection", "close"),))))
-            await run_both(
-                pump(reader, up_writer, partial(_count, connection, upward=True), scan.feed, scan.flush),
-                relay_responses(responses, exchanges, partial(self._report_encoded, connection)),
-                wait_for_reply=True,
-            )
-        except HttpError as exc:
-            connection.decision += f", ended: {exc}"
-        finally:
-            up_writer.close()
-            writer.close()
-            self._report_replacements(connection, scan, redactor)
+            await pump(reader, up_writer, partial(_count, connection, upward=True), scan.feed, scan.flush)
+
+        await self._relay_http(connection, request(), exchanges, up_reader, up_writer, writer, scan, redactor,
+                               wait_for_reply=True)
 
     async def _check(self, session: SessionEgress, host: str) -> list[IPAddress]:
         """The addresses `host` may be reached at, or `Refused`."""
@@ -361,13 +354,21 @@ class EgressProxy:
             raise
         exchanges = Exchanges()
         requests = Flow(reader, partial(_send, up_writer, connection, upward=True), substituter, "request", 400, connection.held)
+        await self._relay_http(connection, relay_requests(requests, exchanges), exchanges, up_reader, up_writer, writer,
+                               substituter, redactor, wait_for_reply=False)
+
+    async def _relay_http(
+        self, connection: _Connection, requests: Awaitable[None], exchanges: Exchanges,
+        up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, writer: asyncio.StreamWriter,
+        substituter: Substituter, redactor: Substituter, *, wait_for_reply: bool,
+    ) -> None:
+        """Relay a connection whose HTTP the proxy reads (intercepted or plain): `requests`
+        going up on `exchanges`, the responses coming down redacted, until it ends; then
+        close both sides and report what was replaced."""
         responses = Flow(up_reader, partial(_send, writer, connection, upward=False), redactor, "response", 502, connection.held)
         try:
-            await run_both(
-                relay_requests(requests, exchanges),
-                relay_responses(responses, exchanges, partial(self._report_encoded, connection)),
-                wait_for_reply=False,
-            )
+            await run_both(requests, relay_responses(responses, exchanges, partial(self._report_encoded, connection)),
+                           wait_for_reply=wait_for_reply)
         except HttpError as exc:
             connection.decision += f", ended: {exc}"
         finally:
