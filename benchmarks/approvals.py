@@ -233,16 +233,12 @@ def main() -> None:
     for label, times in listing(None, args.pending, args.requests).items():
         _percentiles(f"Cairn, SQLite, list {args.pending} pending: {label}", times, 50)
     if args.postgres:
-        server = ThrowawayPostgres()
-        server.start()
-        try:
+        with ThrowawayPostgres() as server:
             if not args.skip_cairn:
                 _percentiles("Cairn, PostgreSQL, separate worker",
                              cairn_approve_to_start(server.create_database("bench_approve"), args.samples), 50)
             for label, times in listing(server.create_database("bench_list"), args.pending, args.requests).items():
                 _percentiles(f"Cairn, PostgreSQL, list {args.pending} pending: {label}", times, 50)
-        finally:
-            server.stop()
 
 
 if __name__ == "__main__":

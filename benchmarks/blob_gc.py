@@ -136,12 +136,8 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 anyio.run(_run, f"sqlite:///{tmp}/cairn.db", args)
             continue
-        server = ThrowawayPostgres()
-        server.start()
-        try:
+        with ThrowawayPostgres() as server:
             anyio.run(_run, server.create_database(f"bench_{secrets.token_hex(4)}"), args)
-        finally:
-            server.stop()
 
 
 if __name__ == "__main__":

@@ -168,12 +168,8 @@ def main() -> None:
         anyio.run(throughput, keys, args.rounds)
         anyio.run(pause_resume, f"sqlite:///{root / 'cairn.db'}", sealer, args.rounds, "SQLite")
         if args.postgres:
-            server = ThrowawayPostgres()
-            server.start()
-            try:
+            with ThrowawayPostgres() as server:
                 anyio.run(pause_resume, server.create_database("bench_crypto"), sealer, args.rounds, "PostgreSQL")
-            finally:
-                server.stop()
     finally:
         shutil.rmtree(root)
 

@@ -162,12 +162,8 @@ def main() -> None:
     try:
         report("SQLite", anyio.run(measure, f"sqlite:///{root / 'cairn.db'}", root, args.calls), 3)
         if args.postgres:
-            server = ThrowawayPostgres()
-            server.start()
-            try:
+            with ThrowawayPostgres() as server:
                 report("PostgreSQL", anyio.run(measure, server.create_database("bench_ledger"), root, args.calls), 10)
-            finally:
-                server.stop()
     finally:
         shutil.rmtree(root)
 

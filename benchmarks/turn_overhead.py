@@ -159,14 +159,10 @@ def main() -> None:
     )
     cairn = measure("Cairn engine, SQLite (durable)", steps, repeats, lambda r: cairn_turn(steps, tool, r, None))
     if args.postgres:
-        server = ThrowawayPostgres()
-        server.start()
-        try:
+        with ThrowawayPostgres() as server:
             counter = iter(range(1000))
             measure("Cairn engine, PostgreSQL (durable)", steps, repeats,
                     lambda r: cairn_turn(steps, tool, r, server.create_database(f"bench{next(counter)}")))
-        finally:
-            server.stop()
     print(f"\nCairn / SDK in memory: {cairn / sdk:.2f}   Cairn / SDK + SQLiteSession: {cairn / sdk_durable:.2f}   "
           f"(target: at most 0.20 of the SDK's per-step time)")
 

@@ -81,6 +81,18 @@ class ThrowawayPostgres:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def __enter__(self) -> ThrowawayPostgres:
+        """Start the server for a `with` block (its directory removed if it cannot start)."""
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         if self._started:
             self._run("pg_ctl", "-D", str(self.root / "data"), "-m", "immediate", "stop")
