@@ -99,6 +99,16 @@ class _Throttle:
             return max(0.0, -self._tokens / self._rate)
 
 
+@dataclass(slots=True)
+class _Admitted:
+    """A session the proxy serves: its policy and credentials (updated by `admit`), and
+    what its connections share for as long as it is admitted."""
+
+    egress: SessionEgress
+    held: HeldBytes
+    throttle: _Throttle | None
+
+
 class EgressProxy:
     """See the module docstring. `admit` and `serve` may be called from any thread."""
 
@@ -113,9 +123,7 @@ class EgressProxy:
         self._upstream_tls.set_alpn_protocols(["http/1.1"])
         self._guard = AddressGuard()
         self._lock = threading.Lock()
-        self._sessions: dict[str, SessionEgress] = {}
-        self._throttles: dict[str, _Throttle] = {}
-        self._held: dict[str, HeldBytes] = {}
+        self._sessions: dict[str, _Admitted] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         # Touched on the proxy's loop only.
@@ -137,14 +145,19 @@ class EgressProxy:
     def admit(self, egress: SessionEgress) -> None:
         """Set (or update) what the proxy knows of `egress.session_id`."""
         with self._lock:
-            self._sessions[egress.session_id] = egress
+            admitted = self._sessions.get(egress.session_id)
+            if admitted is not None:
+                admitted.egress = egress
+                return
+            rate = self.settings.bandwidth_bytes_s
+            self._sessions[egress.session_id] = _Admitted(
+                egress, HeldBytes(HELD_PER_SESSION), _Throttle(rate) if rate is not None else None
+            )
 
     def forget(self, session_id: str) -> None:
         """Drop the session's policy and credentials; its connections are refused from now on."""
         with self._lock:
             self._sessions.pop(session_id, None)
-            self._throttles.pop(session_id, None)
-            self._held.pop(session_id, None)
 
     def serve(self, listener: socket.socket, session_id: str) -> Callable[[], None]:
         """Accept `listener`'s connections as `session_id`'s (the proxy owns it from now on);
@@ -201,12 +214,11 @@ class EgressProxy:
     async def _handle(self, client: socket.socket, session_id: str) -> None:
         connection = _Connection(session_id)
         with self._lock:
-            session = self._sessions.get(session_id)
-            rate = self.settings.bandwidth_bytes_s
-            if session is not None:
-                connection.held = self._held.get(session_id) or self._held.setdefault(session_id, HeldBytes(HELD_PER_SESSION))
-                if rate is not None:
-                    connection.throttle = self._throttles.get(session_id) or self._throttles.setdefault(session_id, _Throttle(rate))
+            admitted = self._sessions.get(session_id)
+        session = None
+        if admitted is not None:
+            session = admitted.egress
+            connection.held, connection.throttle = admitted.held, admitted.throttle
         open_now = self._open.get(session_id, 0)
         try:
             if session is None:
